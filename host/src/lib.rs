@@ -1,0 +1,5 @@
+//! karpenter-provider-kakaocloud: the host controller.
+//!
+//! One module per responsibility (see DESIGN.md). Policies run as WebAssembly
+//! components loaded by [`plugins`]; everything that touches money or safety
+//! (KakaoCloud calls, signed ownership, NodeClaim reconciliation) lives here.

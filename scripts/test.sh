@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test of the project on this machine, installing what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+bash scripts/setup.sh
+bash scripts/build-plugins.sh
+bash tests/controlplane/build.sh
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
