@@ -3,3 +3,6 @@
 //! One module per responsibility (see DESIGN.md). Policies run as WebAssembly
 //! components loaded by [`plugins`]; everything that touches money or safety
 //! (KakaoCloud calls, signed ownership, NodeClaim reconciliation) lives here.
+pub mod crd;
+pub mod kakaocloud;
+pub mod ownership;

@@ -1,0 +1,92 @@
+//! KakaoCloud OpenAPI client.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), karpenter_kakaocloud::kakaocloud::Error> {
+//! use karpenter_kakaocloud::kakaocloud::{Client, Config, Credentials};
+//! let client = Client::new(Config::default(), Credentials::new("id", "secret")?)?;
+//! let flavors = client.flavors().list().await?;
+//! # let _ = flavors; Ok(()) }
+//! ```
+//!
+//! Wire shapes live in [`api`] (shared with the simulator); tokens in `auth`;
+//! retries and error mapping in `transport`.
+
+pub mod api;
+mod auth;
+mod catalog;
+pub mod config;
+pub mod error;
+mod instances;
+mod kubernetes_engine;
+pub mod naming;
+pub mod pricing;
+mod transport;
+
+use std::sync::Arc;
+
+pub use catalog::{Flavors, Images, KeyPairs, SecurityGroups, Subnets};
+pub use config::{Config, Credentials, DEFAULT_REGION, RetryPolicy, Service};
+pub use error::Error;
+pub use instances::{DeleteOutcome, DeleteOwnedError, InstanceFilter, Instances, LaunchSpec};
+pub use kubernetes_engine::KubernetesEngine;
+
+/// A KakaoCloud client. Cheap to clone; clones share the token cache.
+#[derive(Clone)]
+pub struct Client {
+    transport: Arc<transport::Transport>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("region", &self.transport.config.region).finish()
+    }
+}
+
+impl Client {
+    pub fn new(config: Config, credentials: Credentials) -> Result<Self, Error> {
+        Ok(Client { transport: Arc::new(transport::Transport::new(config, credentials)?) })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.transport.config
+    }
+
+    /// Issues (or reuses) the API token now; useful as a startup check of the
+    /// credentials.
+    pub async fn authenticate(&self) -> Result<(), Error> {
+        self.transport.token().await.map(|_| ())
+    }
+
+    /// Project the credentials are scoped to (known after the first call).
+    pub async fn project_id(&self) -> Option<String> {
+        self.transport.project_id().await
+    }
+
+    pub fn instances(&self) -> Instances<'_> {
+        Instances { transport: &self.transport }
+    }
+
+    pub fn flavors(&self) -> Flavors<'_> {
+        Flavors { transport: &self.transport }
+    }
+
+    pub fn subnets(&self) -> Subnets<'_> {
+        Subnets { transport: &self.transport }
+    }
+
+    pub fn security_groups(&self) -> SecurityGroups<'_> {
+        SecurityGroups { transport: &self.transport }
+    }
+
+    pub fn key_pairs(&self) -> KeyPairs<'_> {
+        KeyPairs { transport: &self.transport }
+    }
+
+    pub fn images(&self) -> Images<'_> {
+        Images { transport: &self.transport }
+    }
+
+    pub fn kubernetes_engine(&self) -> KubernetesEngine<'_> {
+        KubernetesEngine { transport: &self.transport }
+    }
+}
