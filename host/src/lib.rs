@@ -6,3 +6,4 @@
 pub mod crd;
 pub mod kakaocloud;
 pub mod ownership;
+pub mod provisioning;
