@@ -4,6 +4,9 @@
 //! components loaded by [`plugins`]; everything that touches money or safety
 //! (KakaoCloud calls, signed ownership, NodeClaim reconciliation) lives here.
 pub mod crd;
+pub mod disruption;
 pub mod kakaocloud;
 pub mod ownership;
 pub mod provisioning;
+pub mod config;
+pub mod metrics;
