@@ -5,9 +5,12 @@
 //! HMAC-SHA256 under the keyring's active key. Deletion and garbage
 //! collection act only on instances whose tag verifies.
 //!
-//! Tag: `karpenter:1:<keyID>:<nodeclaim>:<mac>`, where `mac` is the first 16
-//! bytes of the HMAC (RFC 2104 allows truncation to half the hash) in
-//! unpadded base64url. The cluster and instance ID are not in the text (the
+//! Tag: `kk:1:<keyID>:<nodeclaim>:<mac>`, where `mac` is the first 16 bytes
+//! of the HMAC (RFC 2104 allows truncation to half the hash) in unpadded
+//! base64url. The fixed part is 36 characters with a 7-character key ID, so
+//! NodeClaim names up to 64 characters fit the 100-character description
+//! limit; a longer name is a [`SignError::TooLong`], never a silently
+//! shortened tag. The cluster and instance ID are not in the text (the
 //! verifier knows them) but are in the MAC, so a tag copied to another
 //! instance or another cluster does not verify. The text uses only characters
 //! KakaoCloud accepts in a description and has no spaces, so it can sit next
@@ -30,7 +33,7 @@ use sha2::Sha256;
 use crate::kakaocloud::api::INSTANCE_DESCRIPTION_MAX;
 
 /// Token prefix that marks an ownership tag inside a description.
-pub const TAG_PREFIX: &str = "karpenter:";
+pub const TAG_PREFIX: &str = "kk:";
 /// Format version written after the prefix.
 pub const TAG_VERSION: &str = "1";
 /// Data key of the keyring in its Secret.
@@ -337,15 +340,36 @@ fn is_dns_subdomain(name: &str) -> bool {
 }
 
 /// The current keyring, swappable when its Secret changes. Reads are cheap
-/// clones of an `Arc`; a reload that fails validation keeps the old ring.
+/// clones of an `Arc`; a reload that fails validation keeps the old ring and
+/// is reported by [`KeyringHandle::last_error`].
 #[derive(Clone)]
-pub struct SharedKeyring {
+pub struct KeyringHandle {
     current: Arc<RwLock<Arc<Keyring>>>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+    last_error: Arc<RwLock<Option<KeyringError>>>,
+    _watcher: Option<Arc<AbortOnDrop>>,
 }
 
-impl SharedKeyring {
+/// Former name of [`KeyringHandle`].
+pub type SharedKeyring = KeyringHandle;
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl KeyringHandle {
     pub fn new(keyring: Keyring) -> Self {
-        SharedKeyring { current: Arc::new(RwLock::new(Arc::new(keyring))) }
+        let (generation, _) = tokio::sync::watch::channel(0);
+        KeyringHandle {
+            current: Arc::new(RwLock::new(Arc::new(keyring))),
+            generation: Arc::new(generation),
+            last_error: Arc::new(RwLock::new(None)),
+            _watcher: None,
+        }
     }
 
     pub fn current(&self) -> Arc<Keyring> {
@@ -355,18 +379,51 @@ impl SharedKeyring {
         }
     }
 
+    /// How many reloads succeeded (0 = the initial keyring). Await
+    /// `changed()` on the receiver to learn of the next one.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Why the latest reload was rejected, if it was (cleared by a good reload).
+    pub fn last_error(&self) -> Option<KeyringError> {
+        match self.last_error.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// Validates `raw` and swaps it in; on error the previous keyring stays.
     pub fn reload_from_json(&self, raw: &[u8]) -> Result<(), KeyringError> {
-        let next = Keyring::from_json(raw)?;
-        self.replace(next);
-        Ok(())
+        self.outcome(Keyring::from_json(raw))
     }
 
     /// Like [`Self::reload_from_json`], from the Secret object.
     pub fn reload_from_secret(&self, secret: &k8s_openapi::api::core::v1::Secret) -> Result<(), KeyringError> {
-        let next = Keyring::from_secret(secret)?;
-        self.replace(next);
-        Ok(())
+        self.outcome(Keyring::from_secret(secret))
+    }
+
+    fn outcome(&self, next: Result<Keyring, KeyringError>) -> Result<(), KeyringError> {
+        let result = match next {
+            Ok(next) => {
+                self.replace(next);
+                Ok(())
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "rejected new ownership keyring; keeping the previous one");
+                Err(err)
+            }
+        };
+        let stored = result.as_ref().err().cloned();
+        match self.last_error.write() {
+            Ok(mut g) => *g = stored,
+            Err(p) => *p.into_inner() = stored,
+        }
+        result
     }
 
     fn replace(&self, next: Keyring) {
@@ -375,12 +432,89 @@ impl SharedKeyring {
             Ok(mut guard) => *guard = Arc::new(next),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(next),
         }
+        self.generation.send_modify(|g| *g += 1);
         tracing::info!(active_key_id = %active, "ownership keyring reloaded");
     }
 }
 
-impl fmt::Debug for SharedKeyring {
+impl fmt::Debug for KeyringHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SharedKeyring").field(&self.current()).finish()
+        f.debug_tuple("KeyringHandle").field(&self.current()).finish()
     }
+}
+
+/// Why the keyring could not be loaded at startup.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyringLoadError {
+    #[error("reading Secret {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Secret {namespace}/{name} does not exist")]
+    Missing { namespace: String, name: String },
+    #[error("Secret {namespace}/{name}: {source}")]
+    Invalid {
+        namespace: String,
+        name: String,
+        #[source]
+        source: KeyringError,
+    },
+}
+
+/// Loads the keyring from Secret `namespace/secret_name` and keeps it up to
+/// date: a watcher swaps in every valid new version and keeps the old ring
+/// when a new version is invalid (see [`KeyringHandle::last_error`]) or the
+/// Secret is deleted. A missing or invalid keyring at startup is an error,
+/// never a fallback. The watcher stops when the last handle is dropped.
+pub async fn watch_keyring(
+    client: kube::Client,
+    namespace: &str,
+    secret_name: &str,
+) -> Result<KeyringHandle, KeyringLoadError> {
+    use futures::StreamExt as _;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+
+    let api: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
+    let (ns, name) = (namespace.to_string(), secret_name.to_string());
+    let secret = api
+        .get_opt(secret_name)
+        .await
+        .map_err(|source| KeyringLoadError::Read { namespace: ns.clone(), name: name.clone(), source })?
+        .ok_or_else(|| KeyringLoadError::Missing { namespace: ns.clone(), name: name.clone() })?;
+    let keyring = Keyring::from_secret(&secret)
+        .map_err(|source| KeyringLoadError::Invalid { namespace: ns.clone(), name: name.clone(), source })?;
+    tracing::info!(namespace, secret = secret_name, active_key_id = keyring.active_key_id(), "ownership keyring loaded");
+    let mut handle = KeyringHandle::new(keyring);
+    let loaded_version = secret.metadata.resource_version.clone();
+
+    let reloader = KeyringHandle { _watcher: None, ..handle.clone() };
+    let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
+    let task = tokio::spawn(async move {
+        let mut last_version = loaded_version;
+        let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
+                    if secret.metadata.resource_version.is_some() && secret.metadata.resource_version == last_version {
+                        continue;
+                    }
+                    last_version = secret.metadata.resource_version.clone();
+                    let _ = reloader.reload_from_secret(&secret);
+                }
+                Ok(watcher::Event::Delete(_)) => {
+                    tracing::warn!(namespace = %ns, secret = %name, "ownership keyring Secret deleted; keeping the loaded keyring");
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                Err(err) => {
+                    tracing::warn!(namespace = %ns, secret = %name, error = %err, "keyring watch error; retrying");
+                }
+            }
+        }
+    });
+    handle._watcher = Some(Arc::new(AbortOnDrop(task)));
+    Ok(handle)
 }

@@ -41,6 +41,11 @@ pub mod paths {
         format!("{KE_CLUSTERS}/{name}")
     }
 
+    /// `/api/v1/clusters/{name}/kubeconfig` (answers YAML).
+    pub fn ke_kubeconfig(name: &str) -> String {
+        format!("{KE_CLUSTERS}/{name}/kubeconfig")
+    }
+
     /// `/api/v1/clusters/{name}/node-pools`.
     pub fn ke_node_pools(cluster: &str) -> String {
         format!("{KE_CLUSTERS}/{cluster}/node-pools")
@@ -208,9 +213,13 @@ macro_rules! page {
 
 // ---------------------------------------------------------------- bcs: instances
 
-/// Instance status as reported in `status` (lower case on KakaoCloud).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Instance status as reported in `status`.
+///
+/// Written in Nova's upper-case spelling (`BUILD`, `ACTIVE`, `ERROR`,
+/// `DELETED`, ...), which the simulator serves. Parsing is case-insensitive
+/// and accepts the long forms (`building`, `Active`) too, because no public
+/// source pins KakaoCloud's exact spelling (see `docs/kakaocloud-api.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum InstanceStatus {
     Building,
     Active,
@@ -219,21 +228,58 @@ pub enum InstanceStatus {
     Deleting,
     Deleted,
     /// Any status this code does not know yet; kept, not rejected.
-    #[serde(untagged)]
     Other(String),
 }
 
 impl InstanceStatus {
+    /// Wire spelling.
     pub fn as_str(&self) -> &str {
         match self {
-            InstanceStatus::Building => "building",
-            InstanceStatus::Active => "active",
-            InstanceStatus::Stopped => "stopped",
-            InstanceStatus::Error => "error",
-            InstanceStatus::Deleting => "deleting",
-            InstanceStatus::Deleted => "deleted",
+            InstanceStatus::Building => "BUILD",
+            InstanceStatus::Active => "ACTIVE",
+            InstanceStatus::Stopped => "SHUTOFF",
+            InstanceStatus::Error => "ERROR",
+            InstanceStatus::Deleting => "DELETING",
+            InstanceStatus::Deleted => "DELETED",
             InstanceStatus::Other(s) => s,
         }
+    }
+
+    /// Parses any accepted spelling.
+    pub fn parse(raw: &str) -> InstanceStatus {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "build" | "building" => InstanceStatus::Building,
+            "active" | "running" => InstanceStatus::Active,
+            "shutoff" | "stopped" => InstanceStatus::Stopped,
+            "error" => InstanceStatus::Error,
+            "deleting" => InstanceStatus::Deleting,
+            "deleted" | "soft_deleted" => InstanceStatus::Deleted,
+            _ => InstanceStatus::Other(raw.to_string()),
+        }
+    }
+
+    /// No further transition is expected without an action.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, InstanceStatus::Error | InstanceStatus::Deleted)
+    }
+}
+
+impl std::fmt::Display for InstanceStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for InstanceStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for InstanceStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok(InstanceStatus::parse(&raw))
     }
 }
 
@@ -698,9 +744,71 @@ pub struct NodePoolStatus {
     pub unavailable_nodes: u32,
 }
 
+/// The parts of a Kubernetes Engine kubeconfig the controller needs: the
+/// API server URL and the cluster CA (PEM), for joining nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeconfigCluster {
+    pub server: String,
+    pub ca_pem: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KubeconfigDoc {
+    #[serde(default)]
+    clusters: Vec<KubeconfigNamedCluster>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KubeconfigNamedCluster {
+    name: String,
+    cluster: KubeconfigClusterEntry,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KubeconfigClusterEntry {
+    server: String,
+    #[serde(rename = "certificate-authority-data", default)]
+    certificate_authority_data: Option<String>,
+}
+
+/// Reads the first cluster of a kubeconfig (as `GET .../kubeconfig` returns).
+pub fn parse_kubeconfig(yaml: &str) -> Result<KubeconfigCluster, String> {
+    use base64::Engine as _;
+    let doc: KubeconfigDoc =
+        serde_yaml::from_str(yaml).map_err(|e| format!("kubeconfig is not valid YAML: {e}"))?;
+    let first = doc.clusters.into_iter().next().ok_or("kubeconfig has no clusters")?;
+    let ca_pem = match first.cluster.certificate_authority_data {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|_| "certificate-authority-data is not base64".to_string())?,
+        None => Vec::new(),
+    };
+    Ok(KubeconfigCluster { server: first.cluster.server, ca_pem })
+}
+
+/// A minimal kubeconfig for `cluster` (what the simulator serves). The user
+/// entry carries no credential: KakaoCloud's kubeconfig authenticates via
+/// an exec plugin with the IAM credential, which the controller never uses.
+pub fn render_kubeconfig(cluster: &str, server: &str, ca_pem: &[u8]) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {cluster}\n  context:\n    cluster: {cluster}\n    user: {cluster}-admin\ncurrent-context: {cluster}\nusers:\n- name: {cluster}-admin\n  user: {{}}\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubeconfig_round_trips() {
+        let yaml = render_kubeconfig("demo", "https://10.0.0.1:6443", b"PEM DATA");
+        let parsed = parse_kubeconfig(&yaml).unwrap();
+        assert_eq!(parsed.server, "https://10.0.0.1:6443");
+        assert_eq!(parsed.ca_pem, b"PEM DATA");
+        assert!(parse_kubeconfig("clusters: []").is_err());
+    }
 
     #[test]
     fn unknown_instance_status_is_kept() {
@@ -708,7 +816,9 @@ mod tests {
         assert_eq!(s, InstanceStatus::Other("shelved_offloaded".into()));
         let s: InstanceStatus = serde_json::from_str("\"active\"").unwrap();
         assert_eq!(s, InstanceStatus::Active);
-        assert_eq!(serde_json::to_string(&InstanceStatus::Building).unwrap(), "\"building\"");
+        let s: InstanceStatus = serde_json::from_str("\"BUILD\"").unwrap();
+        assert_eq!(s, InstanceStatus::Building);
+        assert_eq!(serde_json::to_string(&InstanceStatus::Building).unwrap(), "\"BUILD\"");
     }
 
     #[test]

@@ -25,6 +25,25 @@ impl KubernetesEngine<'_> {
         Ok(reply.json::<ClusterResponse>()?.cluster)
     }
 
+    /// The cluster's kubeconfig (YAML); see [`api::parse_kubeconfig`] for
+    /// the API server URL and CA.
+    pub async fn kubeconfig(&self, name: &str) -> Result<String, Error> {
+        let call = Call::get(
+            Service::KubernetesEngine,
+            api::paths::ke_kubeconfig(name),
+            format!("kubeconfig of {name}"),
+        );
+        let reply = self.transport.idempotent(&call).await?;
+        String::from_utf8(reply.body)
+            .map_err(|_| Error::Decode { message: "kubeconfig is not UTF-8".into() })
+    }
+
+    /// API server URL and CA of the cluster, from its kubeconfig.
+    pub async fn cluster_endpoint(&self, name: &str) -> Result<api::KubeconfigCluster, Error> {
+        let yaml = self.kubeconfig(name).await?;
+        api::parse_kubeconfig(&yaml).map_err(|message| Error::Decode { message })
+    }
+
     /// Kubernetes versions Kubernetes Engine currently offers.
     pub async fn supported_versions(&self) -> Result<Vec<KubernetesVersion>, Error> {
         let call = Call::get(Service::KubernetesEngine, api::paths::KE_VERSIONS, "versions");

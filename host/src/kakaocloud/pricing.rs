@@ -28,6 +28,7 @@ pub const HOURLY_KRW: &[(&str, u64)] = &[
     ("gn1i.xlarge", 1142),
     ("gn1i.2xlarge", 1334),
     ("gn1i.4xlarge", 2668),
+    ("p2i.6xlarge", 5280),
 ];
 
 /// Hourly on-demand price of `flavor`, if the table knows it.
