@@ -15,6 +15,8 @@
 //! Instance types for a new node are ordered by an [`InstanceRanker`]; the ranking is computed
 //! once per (NodePool, pod constraints, pod shape) and reused.
 
+pub mod catalog;
+pub mod controller;
 pub mod fixtures;
 pub mod instance_types;
 pub mod model;
@@ -23,9 +25,11 @@ pub mod ranker;
 pub mod requirements;
 pub mod resources;
 pub mod scheduler;
+pub mod state;
 pub mod symbols;
 pub mod taints;
 pub mod topology;
+pub mod translate;
 
 pub use instance_types::{InstanceType, Offering, Overhead};
 pub use model::{

@@ -9,7 +9,7 @@ use super::instance_types::InstanceType;
 use super::resources::Resources;
 
 /// A NodePool requirement with its optional minValues.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PoolRequirement {
     pub requirement: NodeSelectorRequirement,
     pub min_values: Option<u32>,

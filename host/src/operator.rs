@@ -1,0 +1,166 @@
+//! Wiring: given a kube client, a KakaoCloud client and the settings, start the cluster-state
+//! watches, the provisioning controller and the NodeClaim lifecycle controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::Settings;
+use crate::kakaocloud;
+use crate::lifecycle::bootstrap::ca_cert_hash;
+use crate::lifecycle::{JoinInfo, KubeadmRenderer, Lifecycle, UserdataRenderer};
+use crate::metrics::Metrics;
+use crate::ownership::KeyringHandle;
+use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
+use crate::provisioning::controller::Provisioner;
+use crate::provisioning::state::{Change, ClusterState};
+use crate::provisioning::{CheapestFitRanker, InstanceRanker};
+
+/// Optional parts; defaults are the native ranker and renderer.
+pub struct Plugins {
+    pub ranker: Arc<dyn InstanceRanker>,
+    pub renderer: Arc<dyn UserdataRenderer>,
+}
+
+impl Default for Plugins {
+    fn default() -> Self {
+        Plugins {
+            ranker: Arc::new(CheapestFitRanker),
+            renderer: Arc::new(KubeadmRenderer),
+        }
+    }
+}
+
+/// A running set of controllers; dropping it (or [`Operator::stop`]) stops them.
+pub struct Operator {
+    pub state: ClusterState,
+    pub provisioner: Arc<Provisioner>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+/// Where nodes join: settings first, then the Kubernetes Engine cluster's kubeconfig for the
+/// endpoint, and the `kube-root-ca.crt` ConfigMap for the CA.
+pub async fn resolve_join_info(
+    kube: &kube::Client,
+    cloud: &kakaocloud::Client,
+    settings: &Settings,
+) -> anyhow::Result<JoinInfo> {
+    let mut endpoint = settings.cluster_endpoint.clone();
+    let mut ca = settings.cluster_ca_bundle.clone();
+    if endpoint.is_none() || ca.is_none() {
+        match cloud.kubernetes_engine().cluster_endpoint(&settings.cluster_name).await {
+            Ok(kc) => {
+                endpoint.get_or_insert(kc.server);
+                if !kc.ca_pem.is_empty() && ca.is_none() {
+                    ca = String::from_utf8(kc.ca_pem).ok();
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "cannot read the cluster endpoint from Kubernetes Engine"),
+        }
+    }
+    if ca.is_none() {
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
+        if let Some(cm) = cms.get_opt("kube-root-ca.crt").await? {
+            ca = cm.data.and_then(|d| d.get("ca.crt").cloned());
+        }
+    }
+    let api_endpoint =
+        endpoint.ok_or_else(|| anyhow::anyhow!("CLUSTER_ENDPOINT is not set and Kubernetes Engine did not say"))?;
+    let ca_pem = ca.ok_or_else(|| anyhow::anyhow!("CLUSTER_CA_BUNDLE is not set and kube-root-ca.crt is missing"))?;
+    let ca_hash = ca_cert_hash(&ca_pem)?;
+    Ok(JoinInfo { api_endpoint, ca_pem, ca_hash })
+}
+
+impl Operator {
+    /// Starts every controller. `keyring` signs ownership tags; `join` says where nodes join.
+    pub async fn start(
+        kube: kube::Client,
+        cloud: kakaocloud::Client,
+        settings: Settings,
+        keyring: KeyringHandle,
+        join: JoinInfo,
+        plugins: Plugins,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Operator> {
+        let (changes_tx, mut changes_rx) = mpsc::unbounded_channel::<Change>();
+        let state = ClusterState::start(&kube, changes_tx);
+        state
+            .wait_synced(Duration::from_secs(60))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let unavailable = Arc::new(UnavailableOfferings::new(settings.unavailable_offering_ttl));
+        let catalog = Arc::new(LiveCatalog::new(
+            cloud.clone(),
+            CatalogOptions { max_pods: settings.max_pods, ..CatalogOptions::default() },
+            settings.catalog_refresh,
+            unavailable,
+        ));
+        let reporter = Reporter { controller: "karpenter".into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(kube.clone(), reporter);
+        let provisioner = Arc::new(Provisioner::new(
+            kube.clone(),
+            state.clone(),
+            catalog.clone(),
+            plugins.ranker,
+            settings.clone(),
+            metrics.clone(),
+            recorder.clone(),
+        ));
+        let lifecycle = Arc::new(Lifecycle {
+            client: kube.clone(),
+            cloud,
+            state: state.clone(),
+            settings,
+            keyring,
+            renderer: plugins.renderer,
+            catalog,
+            metrics: metrics.clone(),
+            recorder,
+            join,
+        });
+        let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1024);
+        let forward = tokio::spawn(async move {
+            while let Some(change) = changes_rx.recv().await {
+                let wake = match change {
+                    Change::PendingPod | Change::NodeClaim(_) | Change::Other => true,
+                    Change::Pod | Change::Node(_) => false,
+                };
+                if wake {
+                    let _ = trigger_tx.try_send(());
+                }
+            }
+        });
+        let p = provisioner.clone();
+        let prov_task = tokio::spawn(async move { p.run(trigger_rx).await });
+        let l = lifecycle.clone();
+        let life_task = tokio::spawn(async move { l.run().await });
+        Ok(Operator { state, provisioner, lifecycle, metrics, tasks: vec![forward, prov_task, life_task] })
+    }
+
+    /// Stops every controller and watch started by [`Operator::start`].
+    pub fn stop(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.state.stop();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
