@@ -10,3 +10,5 @@ pub mod ownership;
 pub mod provisioning;
 pub mod config;
 pub mod metrics;
+pub mod lifecycle;
+pub mod operator;
