@@ -444,7 +444,15 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         return Plan { forceful, graceful: Some(cmd), scored: Scored::default() };
     }
     let scored = score_candidates(&mut sim, scorer);
-    let graceful = multi_node(&mut sim, &scored, &budgets).or_else(|| single_node(&mut sim, &scored, &budgets));
+    // Upstream runs multi-node first and takes it; a multi-node set can save less than the best
+    // single node (a cheap replacement for one big node), so the larger saving wins here.
+    let multi = multi_node(&mut sim, &scored, &budgets);
+    let single = single_node(&mut sim, &scored, &budgets);
+    let graceful = match (multi, single) {
+        (Some(m), Some(s)) if s.savings_micros > m.savings_micros => Some(s),
+        (Some(m), _) => Some(m),
+        (None, s) => s,
+    };
     Plan { forceful, graceful, scored }
 }
 
