@@ -30,6 +30,18 @@ pub use error::Error;
 pub use instances::{DeleteOutcome, DeleteOwnedError, InstanceFilter, Instances, LaunchSpec};
 pub use kubernetes_engine::KubernetesEngine;
 
+/// Installs rustls' `ring` provider as the process default (reqwest is built
+/// without one so that no C crypto library is compiled). Idempotent; every
+/// HTTP client of this crate calls it, and tests that build their own
+/// `reqwest::Client` should too.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider is already the default: fine as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// A KakaoCloud client. Cheap to clone; clones share the token cache.
 #[derive(Clone)]
 pub struct Client {

@@ -84,6 +84,7 @@ impl Transport {
         for service in Service::ALL {
             endpoints.insert(service, config.endpoint(service)?);
         }
+        super::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(config.retry.request_timeout)
             .connect_timeout(config.retry.request_timeout.min(Duration::from_secs(10)))

@@ -6,6 +6,11 @@ use std::process::{Command, Stdio};
 
 use kakaocloud_sim::{SimConfig, Simulator, routes};
 
+fn http() -> reqwest::Client {
+    karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+    reqwest::Client::new()
+}
+
 /// One authenticated-only GET or POST per route.
 fn service_calls(sim: &Simulator) -> Vec<(reqwest::Method, String)> {
     let ep = |s: &str, p: &str| format!("{}/{s}{p}", sim.base_url());
@@ -32,7 +37,7 @@ fn service_calls(sim: &Simulator) -> Vec<(reqwest::Method, String)> {
 #[tokio::test]
 async fn every_service_route_requires_a_valid_token() {
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let http = reqwest::Client::new();
+    let http = http();
     for (method, url) in service_calls(&sim) {
         for token in [None, Some("forged-token")] {
             let mut req = http.request(method.clone(), &url).header("content-type", "application/json").body("{}");
@@ -51,7 +56,7 @@ async fn every_service_route_requires_a_valid_token() {
 #[tokio::test]
 async fn token_request_needs_json_content_type_and_right_secret() {
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let http = reqwest::Client::new();
+    let http = http();
     let url = format!("{}/iam/identity/v3/auth/tokens", sim.base_url());
     let body = |secret: &str| {
         serde_json::json!({"auth":{"identity":{"methods":["application_credential"],
@@ -84,7 +89,7 @@ async fn token_request_needs_json_content_type_and_right_secret() {
 #[tokio::test]
 async fn admin_endpoint_injects_faults() {
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let http = reqwest::Client::new();
+    let http = http();
     let admin = format!("{}/admin/faults", sim.base_url());
     let r = http
         .post(&admin)
