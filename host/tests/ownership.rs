@@ -38,11 +38,12 @@ fn round_trip_names_the_nodeclaim_and_key() {
 fn longest_nodeclaim_tag_fits_the_description_limit() {
     let k = ring("abcdefg", &[("abcdefg", 1)]);
     // With the longest key ID, NodeClaim names up to 64 characters fit.
-    let name = "n".repeat(64);
+    let name = format!("{}.abcde", "n".repeat(58));
+    assert_eq!(name.len(), 64);
     let tag = k.sign(CLUSTER, &name, INSTANCE).unwrap();
     assert_eq!(tag.len(), INSTANCE_DESCRIPTION_MAX);
     assert!(k.verify(&tag, CLUSTER, INSTANCE).is_ok());
-    let too_long = "n".repeat(65);
+    let too_long = format!("{}.abcde", "n".repeat(59));
     assert_eq!(k.sign(CLUSTER, &too_long, INSTANCE), Err(SignError::TooLong { len: 101 }));
 }
 
