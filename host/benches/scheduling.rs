@@ -7,9 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use karpenter_kakaocloud::provisioning::fixtures::{LabelScheme, diverse_pods, fake_instance_types};
+use karpenter_kakaocloud::provisioning::fixtures::{
+    LabelScheme, diverse_pods, fake_instance_types,
+};
 use karpenter_kakaocloud::provisioning::{
-    CheapestFitRanker, InstanceRanker, NodePoolInput, Scheduler, SchedulerOptions, SchedulingProblem,
+    CheapestFitRanker, InstanceRanker, NodePoolInput, Scheduler, SchedulerOptions,
+    SchedulingProblem,
 };
 
 const SIZES: [usize; 9] = [1, 50, 100, 500, 1000, 2000, 5000, 10000, 20000];
@@ -24,7 +27,10 @@ fn runs_for(pods: usize) -> usize {
 
 fn bench_ranker(label: &str, ranker: &dyn InstanceRanker, max_pods: usize) {
     let instance_types = fake_instance_types(400);
-    let pools = [NodePoolInput { name: "default".into(), ..Default::default() }];
+    let pools = [NodePoolInput {
+        name: "default".into(),
+        ..Default::default()
+    }];
     println!("\nranker: {label}");
     println!(
         "{:>7} {:>7} {:>9} {:>8} {:>14} {:>12}",

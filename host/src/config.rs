@@ -146,7 +146,9 @@ fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, ConfigError
     let mut total = Duration::ZERO;
     let mut rest = raw;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(invalid)?;
         if digits == 0 {
             return Err(invalid());
         }
@@ -164,7 +166,9 @@ fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, ConfigError
             return Err(invalid());
         };
         rest = &rest[len..];
-        let part = unit.checked_mul(u32::try_from(n).map_err(|_| invalid())?).ok_or_else(invalid)?;
+        let part = unit
+            .checked_mul(u32::try_from(n).map_err(|_| invalid())?)
+            .ok_or_else(invalid)?;
         total = total.checked_add(part).ok_or_else(invalid)?;
     }
     Ok(total)
@@ -216,8 +220,11 @@ mod tests {
             .is_err()
         );
         assert!(
-            Settings::from_map(&vars(&[("CLUSTER_NAME", "d"), ("REGISTRATION_TTL", "soon")]))
-                .is_err()
+            Settings::from_map(&vars(&[
+                ("CLUSTER_NAME", "d"),
+                ("REGISTRATION_TTL", "soon")
+            ]))
+            .is_err()
         );
     }
 }

@@ -3,12 +3,12 @@
 //! One module per responsibility (see DESIGN.md). Policies run as WebAssembly
 //! components loaded by [`plugins`]; everything that touches money or safety
 //! (KakaoCloud calls, signed ownership, NodeClaim reconciliation) lives here.
+pub mod config;
 pub mod crd;
 pub mod disruption;
 pub mod kakaocloud;
+pub mod lifecycle;
+pub mod metrics;
+pub mod operator;
 pub mod ownership;
 pub mod provisioning;
-pub mod config;
-pub mod metrics;
-pub mod lifecycle;
-pub mod operator;

@@ -20,18 +20,25 @@ fn cloud_config() -> anyhow::Result<kakaocloud::Config> {
         config.region = region.trim().to_owned();
     }
     for service in Service::ALL {
-        let var = format!("KAKAOCLOUD_ENDPOINT_{}", service.as_str().to_ascii_uppercase().replace('-', "_"));
+        let var = format!(
+            "KAKAOCLOUD_ENDPOINT_{}",
+            service.as_str().to_ascii_uppercase().replace('-', "_")
+        );
         if let Ok(url) = std::env::var(&var)
             && !url.trim().is_empty()
         {
-            let url = reqwest::Url::parse(url.trim()).with_context(|| format!("{var} is not a URL"))?;
+            let url =
+                reqwest::Url::parse(url.trim()).with_context(|| format!("{var} is not a URL"))?;
             config.endpoint_overrides.insert(service, url);
         }
     }
     Ok(config)
 }
 
-async fn serve_metrics(port: u16, registry: Arc<prometheus_client::registry::Registry>) -> anyhow::Result<()> {
+async fn serve_metrics(
+    port: u16,
+    registry: Arc<prometheus_client::registry::Registry>,
+) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
@@ -55,17 +62,30 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LOG_LEVEL").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("LOG_LEVEL")
+                .unwrap_or_else(|_| "info".into()),
         )
         .init();
     let settings = Settings::from_env()?;
-    let id = std::env::var("KAKAOCLOUD_ACCESS_KEY_ID").context("KAKAOCLOUD_ACCESS_KEY_ID is required")?;
-    let secret =
-        std::env::var("KAKAOCLOUD_ACCESS_KEY_SECRET").context("KAKAOCLOUD_ACCESS_KEY_SECRET is required")?;
-    let cloud = kakaocloud::Client::new(cloud_config()?, kakaocloud::Credentials::new(id, secret)?)?;
-    cloud.authenticate().await.context("KakaoCloud credentials were refused")?;
-    let kube = kube::Client::try_default().await.context("no Kubernetes configuration")?;
-    let keyring = ownership::watch_keyring(kube.clone(), &settings.system_namespace, &settings.keyring_secret).await?;
+    let id = std::env::var("KAKAOCLOUD_ACCESS_KEY_ID")
+        .context("KAKAOCLOUD_ACCESS_KEY_ID is required")?;
+    let secret = std::env::var("KAKAOCLOUD_ACCESS_KEY_SECRET")
+        .context("KAKAOCLOUD_ACCESS_KEY_SECRET is required")?;
+    let cloud =
+        kakaocloud::Client::new(cloud_config()?, kakaocloud::Credentials::new(id, secret)?)?;
+    cloud
+        .authenticate()
+        .await
+        .context("KakaoCloud credentials were refused")?;
+    let kube = kube::Client::try_default()
+        .await
+        .context("no Kubernetes configuration")?;
+    let keyring = ownership::watch_keyring(
+        kube.clone(),
+        &settings.system_namespace,
+        &settings.keyring_secret,
+    )
+    .await?;
     let join = operator::resolve_join_info(&kube, &cloud, &settings).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let m = Metrics::register(&mut registry);

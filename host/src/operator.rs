@@ -47,7 +47,9 @@ pub struct Operator {
 
 impl std::fmt::Debug for Operator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operator").field("state", &self.state).finish_non_exhaustive()
+        f.debug_struct("Operator")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
     }
 }
 
@@ -61,14 +63,20 @@ pub async fn resolve_join_info(
     let mut endpoint = settings.cluster_endpoint.clone();
     let mut ca = settings.cluster_ca_bundle.clone();
     if endpoint.is_none() || ca.is_none() {
-        match cloud.kubernetes_engine().cluster_endpoint(&settings.cluster_name).await {
+        match cloud
+            .kubernetes_engine()
+            .cluster_endpoint(&settings.cluster_name)
+            .await
+        {
             Ok(kc) => {
                 endpoint.get_or_insert(kc.server);
                 if !kc.ca_pem.is_empty() && ca.is_none() {
                     ca = String::from_utf8(kc.ca_pem).ok();
                 }
             }
-            Err(err) => tracing::warn!(error = %err, "cannot read the cluster endpoint from Kubernetes Engine"),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the cluster endpoint from Kubernetes Engine")
+            }
         }
     }
     if ca.is_none() {
@@ -77,11 +85,18 @@ pub async fn resolve_join_info(
             ca = cm.data.and_then(|d| d.get("ca.crt").cloned());
         }
     }
-    let api_endpoint =
-        endpoint.ok_or_else(|| anyhow::anyhow!("CLUSTER_ENDPOINT is not set and Kubernetes Engine did not say"))?;
-    let ca_pem = ca.ok_or_else(|| anyhow::anyhow!("CLUSTER_CA_BUNDLE is not set and kube-root-ca.crt is missing"))?;
+    let api_endpoint = endpoint.ok_or_else(|| {
+        anyhow::anyhow!("CLUSTER_ENDPOINT is not set and Kubernetes Engine did not say")
+    })?;
+    let ca_pem = ca.ok_or_else(|| {
+        anyhow::anyhow!("CLUSTER_CA_BUNDLE is not set and kube-root-ca.crt is missing")
+    })?;
     let ca_hash = ca_cert_hash(&ca_pem)?;
-    Ok(JoinInfo { api_endpoint, ca_pem, ca_hash })
+    Ok(JoinInfo {
+        api_endpoint,
+        ca_pem,
+        ca_hash,
+    })
 }
 
 impl Operator {
@@ -104,11 +119,17 @@ impl Operator {
         let unavailable = Arc::new(UnavailableOfferings::new(settings.unavailable_offering_ttl));
         let catalog = Arc::new(LiveCatalog::new(
             cloud.clone(),
-            CatalogOptions { max_pods: settings.max_pods, ..CatalogOptions::default() },
+            CatalogOptions {
+                max_pods: settings.max_pods,
+                ..CatalogOptions::default()
+            },
             settings.catalog_refresh,
             unavailable,
         ));
-        let reporter = Reporter { controller: "karpenter".into(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: "karpenter".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let recorder = Recorder::new(kube.clone(), reporter);
         let provisioner = Arc::new(Provisioner::new(
             kube.clone(),
@@ -147,7 +168,13 @@ impl Operator {
         let prov_task = tokio::spawn(async move { p.run(trigger_rx).await });
         let l = lifecycle.clone();
         let life_task = tokio::spawn(async move { l.run().await });
-        Ok(Operator { state, provisioner, lifecycle, metrics, tasks: vec![forward, prov_task, life_task] })
+        Ok(Operator {
+            state,
+            provisioner,
+            lifecycle,
+            metrics,
+            tasks: vec![forward, prov_task, life_task],
+        })
     }
 
     /// Stops every controller and watch started by [`Operator::start`].

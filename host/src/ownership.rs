@@ -151,9 +151,17 @@ impl Keyring {
     pub fn from_json(raw: &[u8]) -> Result<Keyring, KeyringError> {
         // serde_json's message may quote input; report only its category and position.
         let file: KeyringFile = serde_json::from_slice(raw).map_err(|e| {
-            KeyringError::Parse(format!("{:?} error at line {} column {}", e.classify(), e.line(), e.column()))
+            KeyringError::Parse(format!(
+                "{:?} error at line {} column {}",
+                e.classify(),
+                e.line(),
+                e.column()
+            ))
         })?;
-        let active = file.active_key_id.filter(|id| !id.is_empty()).ok_or(KeyringError::MissingActiveKeyId)?;
+        let active = file
+            .active_key_id
+            .filter(|id| !id.is_empty())
+            .ok_or(KeyringError::MissingActiveKeyId)?;
         validate_key_id(&active)?;
         if file.keys.is_empty() {
             return Err(KeyringError::NoKeys);
@@ -163,12 +171,19 @@ impl Keyring {
             validate_key_id(&entry.id)?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(entry.key.trim())
-                .map_err(|_| KeyringError::BadBase64 { id: entry.id.clone() })?;
+                .map_err(|_| KeyringError::BadBase64 {
+                    id: entry.id.clone(),
+                })?;
             if bytes.len() < KEY_MIN_BYTES {
-                return Err(KeyringError::ShortKey { id: entry.id, len: bytes.len() });
+                return Err(KeyringError::ShortKey {
+                    id: entry.id,
+                    len: bytes.len(),
+                });
             }
-            let keyed = HmacSha256::new_from_slice(&bytes)
-                .map_err(|_| KeyringError::ShortKey { id: entry.id.clone(), len: bytes.len() })?;
+            let keyed = HmacSha256::new_from_slice(&bytes).map_err(|_| KeyringError::ShortKey {
+                id: entry.id.clone(),
+                len: bytes.len(),
+            })?;
             if keys.insert(entry.id.clone(), SecretKey(keyed)).is_some() {
                 return Err(KeyringError::DuplicateKeyId(entry.id));
             }
@@ -180,7 +195,9 @@ impl Keyring {
     }
 
     /// Reads the keyring from the `keyring.json` key of a Secret.
-    pub fn from_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Result<Keyring, KeyringError> {
+    pub fn from_secret(
+        secret: &k8s_openapi::api::core::v1::Secret,
+    ) -> Result<Keyring, KeyringError> {
         if let Some(data) = secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
             return Keyring::from_json(&data.0);
         }
@@ -199,7 +216,12 @@ impl Keyring {
     }
 
     /// Tag binding `nodeclaim` of `cluster` to `instance_id`, under the active key.
-    pub fn sign(&self, cluster: &str, nodeclaim: &str, instance_id: &str) -> Result<String, SignError> {
+    pub fn sign(
+        &self,
+        cluster: &str,
+        nodeclaim: &str,
+        instance_id: &str,
+    ) -> Result<String, SignError> {
         if cluster.is_empty() {
             return Err(SignError::EmptyCluster);
         }
@@ -215,7 +237,10 @@ impl Keyring {
         };
         let mac = compute_mac(key, &self.active, cluster, nodeclaim, instance_id);
         let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac[..MAC_BYTES]);
-        let tag = format!("{TAG_PREFIX}{TAG_VERSION}:{}:{nodeclaim}:{encoded}", self.active);
+        let tag = format!(
+            "{TAG_PREFIX}{TAG_VERSION}:{}:{nodeclaim}:{encoded}",
+            self.active
+        );
         if tag.len() > INSTANCE_DESCRIPTION_MAX {
             return Err(SignError::TooLong { len: tag.len() });
         }
@@ -223,12 +248,23 @@ impl Keyring {
     }
 
     /// Checks `tag` for `cluster` and `instance_id` with any key of the ring.
-    pub fn verify(&self, tag: &str, cluster: &str, instance_id: &str) -> Result<Owner, VerifyError> {
-        let body = tag.strip_prefix(TAG_PREFIX).ok_or(VerifyError::Malformed("missing prefix"))?;
+    pub fn verify(
+        &self,
+        tag: &str,
+        cluster: &str,
+        instance_id: &str,
+    ) -> Result<Owner, VerifyError> {
+        let body = tag
+            .strip_prefix(TAG_PREFIX)
+            .ok_or(VerifyError::Malformed("missing prefix"))?;
         let mut parts = body.split(':');
-        let (Some(version), Some(key_id), Some(nodeclaim), Some(mac), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(version), Some(key_id), Some(nodeclaim), Some(mac), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
             return Err(VerifyError::Malformed("wrong number of fields"));
         };
         if version != TAG_VERSION {
@@ -248,12 +284,19 @@ impl Keyring {
         let mac = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(mac)
             .map_err(|_| VerifyError::Malformed("signature is not base64url"))?;
-        let key = self.keys.get(key_id).ok_or_else(|| VerifyError::UnknownKey(key_id.to_string()))?;
+        let key = self
+            .keys
+            .get(key_id)
+            .ok_or_else(|| VerifyError::UnknownKey(key_id.to_string()))?;
         let mut hmac = keyed(key);
         feed(&mut hmac, key_id, cluster, nodeclaim, instance_id);
         // Constant-time comparison of the kept prefix.
-        hmac.verify_truncated_left(&mac).map_err(|_| VerifyError::BadSignature)?;
-        Ok(Owner { nodeclaim: nodeclaim.to_string(), key_id: key_id.to_string() })
+        hmac.verify_truncated_left(&mac)
+            .map_err(|_| VerifyError::BadSignature)?;
+        Ok(Owner {
+            nodeclaim: nodeclaim.to_string(),
+            key_id: key_id.to_string(),
+        })
     }
 
     /// Finds the ownership tag(s) in an instance description and verifies them;
@@ -277,18 +320,27 @@ impl Keyring {
 
 /// The ownership-tag tokens of a description.
 pub fn tags_in(description: &str) -> impl Iterator<Item = &str> {
-    description.split_whitespace().filter(|t| t.starts_with(TAG_PREFIX))
+    description
+        .split_whitespace()
+        .filter(|t| t.starts_with(TAG_PREFIX))
 }
 
 /// A description holding `human` text (shortened if needed, earlier tags
 /// removed) followed by `tag`, within the description limit.
 pub fn compose_description(human: &str, tag: &str) -> String {
-    let kept: Vec<&str> = human.split_whitespace().filter(|t| !t.starts_with(TAG_PREFIX)).collect();
+    let kept: Vec<&str> = human
+        .split_whitespace()
+        .filter(|t| !t.starts_with(TAG_PREFIX))
+        .collect();
     let human = kept.join(" ");
     let room = INSTANCE_DESCRIPTION_MAX.saturating_sub(tag.chars().count() + 1);
     let short: String = human.chars().take(room).collect();
     let short = short.trim_end();
-    if short.is_empty() { tag.to_string() } else { format!("{short} {tag}") }
+    if short.is_empty() {
+        tag.to_string()
+    } else {
+        format!("{short} {tag}")
+    }
 }
 
 fn keyed(key: &SecretKey) -> HmacSha256 {
@@ -305,21 +357,33 @@ fn feed(mac: &mut HmacSha256, key_id: &str, cluster: &str, nodeclaim: &str, inst
     }
 }
 
-fn compute_mac(key: &SecretKey, key_id: &str, cluster: &str, nodeclaim: &str, instance_id: &str) -> Vec<u8> {
+fn compute_mac(
+    key: &SecretKey,
+    key_id: &str,
+    cluster: &str,
+    nodeclaim: &str,
+    instance_id: &str,
+) -> Vec<u8> {
     let mut mac = keyed(key);
     feed(&mut mac, key_id, cluster, nodeclaim, instance_id);
     mac.finalize().into_bytes().to_vec()
 }
 
 fn validate_key_id(id: &str) -> Result<(), KeyringError> {
-    let invalid = |reason| KeyringError::InvalidKeyId { id: id.to_string(), reason };
+    let invalid = |reason| KeyringError::InvalidKeyId {
+        id: id.to_string(),
+        reason,
+    };
     if id.is_empty() {
         return Err(invalid("empty"));
     }
     if id.chars().count() > KEY_ID_MAX {
         return Err(invalid("longer than 7 characters"));
     }
-    if !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         return Err(invalid("only letters, digits, '-' and '_' are allowed"));
     }
     Ok(())
@@ -333,7 +397,8 @@ fn is_dns_subdomain(name: &str) -> bool {
             let b = label.as_bytes();
             !b.is_empty()
                 && b.len() <= 63
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
                 && b.first().is_some_and(|c| c.is_ascii_alphanumeric())
                 && b.last().is_some_and(|c| c.is_ascii_alphanumeric())
         })
@@ -403,7 +468,10 @@ impl KeyringHandle {
     }
 
     /// Like [`Self::reload_from_json`], from the Secret object.
-    pub fn reload_from_secret(&self, secret: &k8s_openapi::api::core::v1::Secret) -> Result<(), KeyringError> {
+    pub fn reload_from_secret(
+        &self,
+        secret: &k8s_openapi::api::core::v1::Secret,
+    ) -> Result<(), KeyringError> {
         self.outcome(Keyring::from_secret(secret))
     }
 
@@ -439,7 +507,9 @@ impl KeyringHandle {
 
 impl fmt::Debug for KeyringHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("KeyringHandle").field(&self.current()).finish()
+        f.debug_tuple("KeyringHandle")
+            .field(&self.current())
+            .finish()
     }
 }
 
@@ -483,15 +553,33 @@ pub async fn watch_keyring(
     let secret = api
         .get_opt(secret_name)
         .await
-        .map_err(|source| KeyringLoadError::Read { namespace: ns.clone(), name: name.clone(), source })?
-        .ok_or_else(|| KeyringLoadError::Missing { namespace: ns.clone(), name: name.clone() })?;
-    let keyring = Keyring::from_secret(&secret)
-        .map_err(|source| KeyringLoadError::Invalid { namespace: ns.clone(), name: name.clone(), source })?;
-    tracing::info!(namespace, secret = secret_name, active_key_id = keyring.active_key_id(), "ownership keyring loaded");
+        .map_err(|source| KeyringLoadError::Read {
+            namespace: ns.clone(),
+            name: name.clone(),
+            source,
+        })?
+        .ok_or_else(|| KeyringLoadError::Missing {
+            namespace: ns.clone(),
+            name: name.clone(),
+        })?;
+    let keyring = Keyring::from_secret(&secret).map_err(|source| KeyringLoadError::Invalid {
+        namespace: ns.clone(),
+        name: name.clone(),
+        source,
+    })?;
+    tracing::info!(
+        namespace,
+        secret = secret_name,
+        active_key_id = keyring.active_key_id(),
+        "ownership keyring loaded"
+    );
     let mut handle = KeyringHandle::new(keyring);
     let loaded_version = secret.metadata.resource_version.clone();
 
-    let reloader = KeyringHandle { _watcher: None, ..handle.clone() };
+    let reloader = KeyringHandle {
+        _watcher: None,
+        ..handle.clone()
+    };
     let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
     let task = tokio::spawn(async move {
         let mut last_version = loaded_version;
@@ -499,7 +587,9 @@ pub async fn watch_keyring(
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
-                    if secret.metadata.resource_version.is_some() && secret.metadata.resource_version == last_version {
+                    if secret.metadata.resource_version.is_some()
+                        && secret.metadata.resource_version == last_version
+                    {
                         continue;
                     }
                     last_version = secret.metadata.resource_version.clone();

@@ -6,8 +6,8 @@ use jiff::Timestamp;
 use karpenter_kakaocloud::crd::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 use karpenter_kakaocloud::disruption::scorer::{ConsolidationScorer, ScoreCandidate, ScoreError};
 use karpenter_kakaocloud::disruption::{
-    ClusterSnapshot, DriftReason, Method, NodeState, PodState, PoolState, Reason, plan, still_valid,
-    SavingsPerDisruption,
+    ClusterSnapshot, DriftReason, Method, NodeState, PodState, PoolState, Reason,
+    SavingsPerDisruption, plan, still_valid,
 };
 use karpenter_kakaocloud::provisioning::{InstanceType, Offering, Resources};
 
@@ -25,31 +25,64 @@ fn itype(name: &str, cpu: u64, mem_gi: u64, price: u64) -> InstanceType {
     let mut t = InstanceType::new(
         name,
         Resources::new(cpu, mem_gi * GI, 110),
-        vec![Offering { zone: "kr-central-2-a".into(), capacity_type: "on-demand".into(), price_micros: price, available: true }],
+        vec![Offering {
+            zone: "kr-central-2-a".into(),
+            capacity_type: "on-demand".into(),
+            price_micros: price,
+            available: true,
+        }],
     );
     t.overhead = Default::default();
     t
 }
 
 fn catalog() -> Vec<InstanceType> {
-    vec![itype("m2a.large", 2000, 8, 100_000), itype("m2a.xlarge", 4000, 16, 200_000), itype("m2a.2xlarge", 8000, 32, 400_000)]
+    vec![
+        itype("m2a.large", 2000, 8, 100_000),
+        itype("m2a.xlarge", 4000, 16, 200_000),
+        itype("m2a.2xlarge", 8000, 32, 400_000),
+    ]
 }
 
 fn node(name: &str, it: &str, cpu: u64, price: u64, pods: &[u64]) -> NodeState {
-    let mut n = NodeState::new(name, "default", it, price, Resources::new(cpu, 4 * cpu / 1000 * GI, 110), hours_ago(5));
+    let mut n = NodeState::new(
+        name,
+        "default",
+        it,
+        price,
+        Resources::new(cpu, 4 * cpu / 1000 * GI, 110),
+        hours_ago(5),
+    );
     n.zone = "kr-central-2-a".into();
     n.pods = pods
         .iter()
         .enumerate()
-        .map(|(i, &c)| PodState::new("default", &format!("{name}-p{i}"), Resources::new(c, GI / 2, 1)))
+        .map(|(i, &c)| {
+            PodState::new(
+                "default",
+                &format!("{name}-p{i}"),
+                Resources::new(c, GI / 2, 1),
+            )
+        })
         .collect();
     n
 }
 
 fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
     let mut pool = PoolState::new("default");
-    pool.budgets = vec![Budget { nodes: "100%".into(), schedule: None, duration: None, reasons: None }];
-    ClusterSnapshot { now: now(), pools: vec![pool], nodes, instance_types: catalog(), pending_pods: vec![] }
+    pool.budgets = vec![Budget {
+        nodes: "100%".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }];
+    ClusterSnapshot {
+        now: now(),
+        pools: vec![pool],
+        nodes,
+        instance_types: catalog(),
+        pending_pods: vec![],
+    }
 }
 
 fn names(cmd: &karpenter_kakaocloud::disruption::Command, s: &ClusterSnapshot) -> Vec<String> {
@@ -90,22 +123,45 @@ fn a_daemonset_only_node_is_empty() {
 
 #[test]
 fn budget_of_one_lets_one_node_go_at_a_time() {
-    let mut s = snapshot((0..5).map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[])).collect());
-    s.pools[0].budgets = vec![Budget { nodes: "1".into(), schedule: None, duration: None, reasons: None }];
+    let mut s = snapshot(
+        (0..5)
+            .map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[]))
+            .collect(),
+    );
+    s.pools[0].budgets = vec![Budget {
+        nodes: "1".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }];
     let cmd = plan(&s, &SavingsPerDisruption).graceful.unwrap();
     assert_eq!(cmd.candidates.len(), 1);
     // With one node already deleting, the budget is used up.
     s.nodes[0].deleting = true;
     assert!(plan(&s, &SavingsPerDisruption).graceful.is_none());
     // A budget that only limits drift does not hold emptiness back.
-    s.pools[0].budgets = vec![Budget { nodes: "0".into(), schedule: None, duration: None, reasons: Some(vec![DisruptionReason::Drifted]) }];
-    assert_eq!(plan(&s, &SavingsPerDisruption).graceful.unwrap().candidates.len(), 4);
+    s.pools[0].budgets = vec![Budget {
+        nodes: "0".into(),
+        schedule: None,
+        duration: None,
+        reasons: Some(vec![DisruptionReason::Drifted]),
+    }];
+    assert_eq!(
+        plan(&s, &SavingsPerDisruption)
+            .graceful
+            .unwrap()
+            .candidates
+            .len(),
+        4
+    );
 }
 
 #[test]
 fn underutilized_nodes_are_packed_and_the_price_falls() {
     // Four half-empty xlarge nodes: 4 x 1500m fits on two of them.
-    let nodes: Vec<NodeState> = (0..4).map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[1000, 500])).collect();
+    let nodes: Vec<NodeState> = (0..4)
+        .map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[1000, 500]))
+        .collect();
     let s = snapshot(nodes);
     let before = s.hourly_price_micros();
     let p = plan(&s, &SavingsPerDisruption);
@@ -116,16 +172,44 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
     let after = before as i64 - cmd.savings_micros;
     assert!(after < before as i64);
     // Whatever remains can hold every pod: 6000m of pods on the nodes left plus any replacement.
-    let kept_cpu: u64 = s.nodes.iter().enumerate().filter(|(i, _)| !cmd.candidates.contains(i)).map(|(_, n)| 4000 - n.requested().get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)).sum();
-    let moved: u64 = cmd.candidates.iter().map(|&i| s.nodes[i].requested().get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)).sum();
-    let extra = cmd.replacement.as_ref().map_or(0, |r| match r.instance_types[0].as_str() { "m2a.large" => 2000, "m2a.xlarge" => 4000, _ => 8000 });
+    let kept_cpu: u64 = s
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !cmd.candidates.contains(i))
+        .map(|(_, n)| {
+            4000 - n
+                .requested()
+                .get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)
+        })
+        .sum();
+    let moved: u64 = cmd
+        .candidates
+        .iter()
+        .map(|&i| {
+            s.nodes[i]
+                .requested()
+                .get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)
+        })
+        .sum();
+    let extra = cmd
+        .replacement
+        .as_ref()
+        .map_or(0, |r| match r.instance_types[0].as_str() {
+            "m2a.large" => 2000,
+            "m2a.xlarge" => 4000,
+            _ => 8000,
+        });
     assert!(moved <= kept_cpu + extra);
 }
 
 #[test]
 fn a_node_is_replaced_by_a_cheaper_one_when_its_pods_fit_nowhere_else() {
     // One 2xlarge running 1.5 cpu, next to a full node: replace with a large.
-    let s = snapshot(vec![node("big", "m2a.2xlarge", 8000, 400_000, &[1500]), node("full", "m2a.xlarge", 4000, 200_000, &[4000])]);
+    let s = snapshot(vec![
+        node("big", "m2a.2xlarge", 8000, 400_000, &[1500]),
+        node("full", "m2a.xlarge", 4000, 200_000, &[4000]),
+    ]);
     let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("replace");
     assert_eq!(cmd.method, Method::SingleNodeConsolidation);
     assert_eq!(names(&cmd, &s), ["big"]);
@@ -133,19 +217,28 @@ fn a_node_is_replaced_by_a_cheaper_one_when_its_pods_fit_nowhere_else() {
     assert_eq!(r.instance_types[0], "m2a.large");
     assert_eq!(r.price_micros, 100_000);
     assert_eq!(cmd.savings_micros, 300_000);
-    assert!(!r.instance_types.contains(&"m2a.2xlarge".to_string()), "never the same price or dearer");
+    assert!(
+        !r.instance_types.contains(&"m2a.2xlarge".to_string()),
+        "never the same price or dearer"
+    );
 }
 
 #[test]
 fn nodes_whose_pods_cannot_go_elsewhere_are_kept() {
-    let s = snapshot(vec![node("a", "m2a.large", 2000, 100_000, &[1800]), node("b", "m2a.large", 2000, 100_000, &[1800])]);
+    let s = snapshot(vec![
+        node("a", "m2a.large", 2000, 100_000, &[1800]),
+        node("b", "m2a.large", 2000, 100_000, &[1800]),
+    ]);
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none(), "{:?}", p.graceful);
 }
 
 #[test]
 fn do_not_disrupt_and_pdbs_hold_their_node() {
-    let mut s = snapshot(vec![node("a", "m2a.xlarge", 4000, 200_000, &[500]), node("b", "m2a.xlarge", 4000, 200_000, &[500])]);
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[500]),
+    ]);
     s.nodes[0].pods[0].do_not_disrupt = true;
     s.nodes[1].pods[0].pdb_blocked = true;
     assert!(plan(&s, &SavingsPerDisruption).graceful.is_none());
@@ -157,7 +250,10 @@ fn do_not_disrupt_and_pdbs_hold_their_node() {
 
 #[test]
 fn when_empty_policy_does_not_consolidate_busy_nodes() {
-    let mut s = snapshot(vec![node("a", "m2a.xlarge", 4000, 200_000, &[500]), node("b", "m2a.xlarge", 4000, 200_000, &[500])]);
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[500]),
+    ]);
     s.pools[0].consolidation_policy = ConsolidationPolicy::WhenEmpty;
     assert!(plan(&s, &SavingsPerDisruption).graceful.is_none());
     s.pools[0].consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
@@ -166,14 +262,22 @@ fn when_empty_policy_does_not_consolidate_busy_nodes() {
 
 #[test]
 fn drift_replaces_even_without_saving_and_respects_its_budget() {
-    let mut s = snapshot(vec![node("old", "m2a.xlarge", 4000, 200_000, &[3000]), node("other", "m2a.xlarge", 4000, 200_000, &[3000])]);
+    let mut s = snapshot(vec![
+        node("old", "m2a.xlarge", 4000, 200_000, &[3000]),
+        node("other", "m2a.xlarge", 4000, 200_000, &[3000]),
+    ]);
     s.nodes[0].drift = Some(DriftReason::NodeClassDrifted("image".into()));
     let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("drift");
     assert_eq!(cmd.method, Method::Drift);
     assert_eq!(names(&cmd, &s), ["old"]);
     let r = cmd.replacement.expect("3 cpu need a new node");
     assert_eq!(r.instance_types[0], "m2a.xlarge");
-    s.pools[0].budgets = vec![Budget { nodes: "0".into(), schedule: None, duration: None, reasons: Some(vec![DisruptionReason::Drifted]) }];
+    s.pools[0].budgets = vec![Budget {
+        nodes: "0".into(),
+        schedule: None,
+        duration: None,
+        reasons: Some(vec![DisruptionReason::Drifted]),
+    }];
     assert!(plan(&s, &SavingsPerDisruption).graceful.is_none());
 }
 
@@ -181,7 +285,12 @@ fn drift_replaces_even_without_saving_and_respects_its_budget() {
 fn expired_nodes_are_replaced_before_removal_regardless_of_budgets() {
     let mut s = snapshot(vec![node("old", "m2a.xlarge", 4000, 200_000, &[3000])]);
     s.nodes[0].created = hours_ago(800);
-    s.pools[0].budgets = vec![Budget { nodes: "0".into(), schedule: None, duration: None, reasons: None }];
+    s.pools[0].budgets = vec![Budget {
+        nodes: "0".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }];
     let p = plan(&s, &SavingsPerDisruption);
     assert_eq!(p.forceful.len(), 1);
     assert_eq!(p.forceful[0].reason, Reason::Expired);
@@ -194,7 +303,10 @@ fn expired_nodes_are_replaced_before_removal_regardless_of_budgets() {
 
 #[test]
 fn uninitialized_and_unmanaged_nodes_are_not_candidates() {
-    let mut s = snapshot(vec![node("a", "m2a.xlarge", 4000, 200_000, &[]), node("b", "m2a.xlarge", 4000, 200_000, &[])]);
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[]),
+    ]);
     s.nodes[0].initialized = false;
     s.nodes[1].nodeclaim = None;
     assert!(plan(&s, &SavingsPerDisruption).graceful.is_none());
@@ -228,7 +340,8 @@ fn the_scorer_orders_candidates_and_a_bad_scorer_falls_back() {
         node("dear", "m2a.xlarge", 4000, 200_000, &[1000]),
         node("dest", "m2a.xlarge", 4000, 200_000, &[2900]),
     ]);
-    let first = |p: &karpenter_kakaocloud::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
+    let first =
+        |p: &karpenter_kakaocloud::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
     let native = plan(&s, &SavingsPerDisruption);
     assert_eq!(first(&native), "dear", "saves more per unit of disruption");
     let custom = plan(&s, &Reverse);
@@ -241,10 +354,18 @@ fn the_scorer_orders_candidates_and_a_bad_scorer_falls_back() {
 
 #[test]
 fn validation_abandons_a_command_after_churn() {
-    let s = snapshot(vec![node("a", "m2a.xlarge", 4000, 200_000, &[]), node("b", "m2a.xlarge", 4000, 200_000, &[1000])]);
+    let s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[1000]),
+    ]);
     let cmd = plan(&s, &SavingsPerDisruption).graceful.unwrap();
     assert!(still_valid(&cmd, &s, &s));
     let mut later = s.clone();
-    later.nodes[0].pods.push(PodState::new("default", "new", Resources::new(100, GI, 1)));
-    assert!(!still_valid(&cmd, &s, &later), "a pod landed on the empty node");
+    later.nodes[0]
+        .pods
+        .push(PodState::new("default", "new", Resources::new(100, GI, 1)));
+    assert!(
+        !still_valid(&cmd, &s, &later),
+        "a pod landed on the empty node"
+    );
 }

@@ -1,3 +1,5 @@
+// Test set-up reads better as seed-then-adjust.
+#![allow(clippy::field_reassign_with_default, clippy::cloned_ref_to_slice_refs)]
 //! The KakaoCloud client against the simulator: every call, pagination,
 //! token caching and refresh, retries on injected faults, duplicate-safe
 //! create, typed errors, and credentials kept out of errors and logs.
@@ -6,15 +8,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt as _;
+use kakaocloud_sim::{BootedInstance, ProjectSeed, Quota, SimConfig, Simulator, routes};
 use karpenter_kakaocloud::kakaocloud::api::InstanceStatus;
 use karpenter_kakaocloud::kakaocloud::{
-    Client, Config, Credentials, DeleteOutcome, DeleteOwnedError, Error, InstanceFilter, LaunchSpec, naming,
+    Client, Config, Credentials, DeleteOutcome, DeleteOwnedError, Error, InstanceFilter,
+    LaunchSpec, naming,
 };
 use karpenter_kakaocloud::ownership::{Keyring, VerifyError, compose_description};
-use kakaocloud_sim::{BootedInstance, ProjectSeed, Quota, SimConfig, Simulator, routes};
 
 fn fast() -> SimConfig {
-    SimConfig { boot_delay: Duration::from_millis(30), ..SimConfig::default() }
+    SimConfig {
+        boot_delay: Duration::from_millis(30),
+        ..SimConfig::default()
+    }
 }
 
 async fn start(config: SimConfig) -> (Simulator, Client) {
@@ -56,7 +62,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -66,20 +75,37 @@ async fn catalog_calls_return_the_simulated_catalog() {
     let (sim, client) = start(fast()).await;
 
     let flavors = client.flavors().list().await.unwrap();
-    let m2a = flavors.iter().find(|f| f.name.as_deref() == Some("m2a.large")).expect("m2a.large");
+    let m2a = flavors
+        .iter()
+        .find(|f| f.name.as_deref() == Some("m2a.large"))
+        .expect("m2a.large");
     assert_eq!((m2a.vcpus, m2a.memory_mb), (Some(2), Some(8192)));
     assert_eq!(m2a.available.len(), 3, "offered in three zones");
-    assert!(flavors.iter().any(|f| f.hw_count.unwrap_or(0) > 0), "a GPU flavor");
+    assert!(
+        flavors.iter().any(|f| f.hw_count.unwrap_or(0) > 0),
+        "a GPU flavor"
+    );
 
     let subnets = client.subnets().list().await.unwrap();
-    let mut zones: Vec<_> = subnets.iter().filter_map(|s| s.availability_zone.clone()).collect();
+    let mut zones: Vec<_> = subnets
+        .iter()
+        .filter_map(|s| s.availability_zone.clone())
+        .collect();
     zones.sort();
-    assert_eq!(zones, ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"]);
+    assert_eq!(
+        zones,
+        ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"]
+    );
 
     let groups = client.security_groups().list().await.unwrap();
     assert!(groups.iter().any(|g| g.name.as_deref() == Some("default")));
     let keys = client.key_pairs().list().await.unwrap();
-    assert_eq!(keys.iter().filter_map(|k| k.name.as_deref()).collect::<Vec<_>>(), ["demo-key"]);
+    assert_eq!(
+        keys.iter()
+            .filter_map(|k| k.name.as_deref())
+            .collect::<Vec<_>>(),
+        ["demo-key"]
+    );
     let images = client.images().list().await.unwrap();
     assert!(images.iter().any(|i| i.id == "wi-k8s135-ubuntu2204"));
 
@@ -88,15 +114,32 @@ async fn catalog_calls_return_the_simulated_catalog() {
     assert_eq!(cluster.version.minor_version, "1.35");
     assert_eq!(cluster.vpc_info.subnets.len(), 3);
     let versions = ke.supported_versions().await.unwrap();
-    assert_eq!(versions.iter().map(|v| v.minor_version.as_str()).collect::<Vec<_>>(), ["1.34", "1.35"]);
+    assert_eq!(
+        versions
+            .iter()
+            .map(|v| v.minor_version.as_str())
+            .collect::<Vec<_>>(),
+        ["1.34", "1.35"]
+    );
     let workers = ke.worker_images("1.34").await.unwrap();
     assert!(!workers.is_empty());
-    assert!(workers.iter().all(|w| w.key_package.starts_with("kubernetes-1.34")));
+    assert!(
+        workers
+            .iter()
+            .all(|w| w.key_package.starts_with("kubernetes-1.34"))
+    );
     let pools = ke.node_pools("demo-cluster").await.unwrap();
     assert_eq!(pools.len(), 1);
-    assert!(matches!(ke.cluster("other").await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        ke.cluster("other").await,
+        Err(Error::NotFound { .. })
+    ));
 
-    sim.set_cluster_endpoint("10.1.2.3", 6443, "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n");
+    sim.set_cluster_endpoint(
+        "10.1.2.3",
+        6443,
+        "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n",
+    );
     let endpoint = ke.cluster_endpoint("demo-cluster").await.unwrap();
     assert_eq!(endpoint.server, "https://10.1.2.3:6443");
     assert!(String::from_utf8(endpoint.ca_pem).unwrap().contains("QUJD"));
@@ -118,10 +161,18 @@ async fn list_calls_follow_pagination() {
     assert_eq!(sim.request_count(routes::FLAVORS), total.div_ceil(4));
 
     for i in 0..6 {
-        client.instances().create(&spec(&format!("kk-page-{i}"))).await.unwrap();
+        client
+            .instances()
+            .create(&spec(&format!("kk-page-{i}")))
+            .await
+            .unwrap();
     }
     let before = sim.request_count(routes::INSTANCES_LIST);
-    let all = client.instances().list(&InstanceFilter::default()).await.unwrap();
+    let all = client
+        .instances()
+        .list(&InstanceFilter::default())
+        .await
+        .unwrap();
     assert_eq!(all.len(), 6);
     assert_eq!(sim.request_count(routes::INSTANCES_LIST) - before, 2);
     sim.shutdown().await;
@@ -152,37 +203,94 @@ async fn instance_lifecycle_create_list_get_update_delete() {
         }
     })
     .await;
-    assert!(active.addresses[0].private_ip.as_deref().unwrap().starts_with("10.0.0."));
+    assert!(
+        active.addresses[0]
+            .private_ip
+            .as_deref()
+            .unwrap()
+            .starts_with("10.0.0.")
+    );
 
     let hook = booted.lock().unwrap().clone();
     assert_eq!(hook.len(), 1, "boot hook called once");
     assert_eq!(hook[0].id, id);
     assert_eq!(hook[0].flavor.name, "m2a.large");
-    assert_eq!((hook[0].flavor.vcpus, hook[0].flavor.memory_mib, hook[0].flavor.gpus), (2, 8192, 0));
-    assert_eq!(hook[0].user_data.as_deref(), Some("#cloud-config\nruncmd: [echo hello]\n"));
+    assert_eq!(
+        (
+            hook[0].flavor.vcpus,
+            hook[0].flavor.memory_mib,
+            hook[0].flavor.gpus
+        ),
+        (2, 8192, 0)
+    );
+    assert_eq!(
+        hook[0].user_data.as_deref(),
+        Some("#cloud-config\nruncmd: [echo hello]\n")
+    );
     assert_eq!(hook[0].image_id, "wi-k8s135-ubuntu2204");
 
     // Filters: exact lookup by name, zone, status.
-    client.instances().create(&spec(&format!("{name}-2"))).await.unwrap();
-    let found = client.instances().find_by_name(&name).await.unwrap().unwrap();
-    assert_eq!(found.id, id, "name filter is a substring match; find_by_name is exact");
-    let in_b = InstanceFilter { availability_zone: Some("kr-central-2-b".into()), ..Default::default() };
+    client
+        .instances()
+        .create(&spec(&format!("{name}-2")))
+        .await
+        .unwrap();
+    let found = client
+        .instances()
+        .find_by_name(&name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        found.id, id,
+        "name filter is a substring match; find_by_name is exact"
+    );
+    let in_b = InstanceFilter {
+        availability_zone: Some("kr-central-2-b".into()),
+        ..Default::default()
+    };
     assert!(client.instances().list(&in_b).await.unwrap().is_empty());
 
-    let updated = client.instances().update_description(&id, "hello world").await.unwrap();
+    let updated = client
+        .instances()
+        .update_description(&id, "hello world")
+        .await
+        .unwrap();
     assert_eq!(updated.description.as_deref(), Some("hello world"));
-    assert_eq!(client.instances().get(&id).await.unwrap().description.as_deref(), Some("hello world"));
+    assert_eq!(
+        client
+            .instances()
+            .get(&id)
+            .await
+            .unwrap()
+            .description
+            .as_deref(),
+        Some("hello world")
+    );
     let too_long = "x".repeat(101);
     assert!(matches!(
         client.instances().update_description(&id, &too_long).await,
         Err(Error::InvalidInput { .. })
     ));
 
-    assert_eq!(client.instances().delete(&id).await.unwrap(), DeleteOutcome::Deleted);
-    assert_eq!(client.instances().delete(&id).await.unwrap(), DeleteOutcome::AlreadyGone);
-    assert!(matches!(client.instances().get(&id).await, Err(Error::NotFound { .. })));
+    assert_eq!(
+        client.instances().delete(&id).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        client.instances().delete(&id).await.unwrap(),
+        DeleteOutcome::AlreadyGone
+    );
+    assert!(matches!(
+        client.instances().get(&id).await,
+        Err(Error::NotFound { .. })
+    ));
     let deleted = sim.instances_including_deleted();
-    assert!(deleted.iter().any(|i| i.id == id && i.status == Some(InstanceStatus::Deleted)));
+    assert!(
+        deleted
+            .iter()
+            .any(|i| i.id == id && i.status == Some(InstanceStatus::Deleted))
+    );
     assert!(sim.instances().iter().all(|i| i.id != id));
     sim.shutdown().await;
 }
@@ -206,7 +314,10 @@ async fn fifty_concurrent_callers_share_one_token_request() {
 #[tokio::test]
 async fn token_is_refreshed_before_expiry_once_under_concurrency() {
     // 2 s tokens: the client refreshes at 1.5 s (a quarter early).
-    let config = SimConfig { token_ttl: Duration::from_secs(2), ..fast() };
+    let config = SimConfig {
+        token_ttl: Duration::from_secs(2),
+        ..fast()
+    };
     let (sim, client) = start(config).await;
     client.authenticate().await.unwrap();
     assert_eq!(sim.request_count(routes::TOKEN), 1);
@@ -244,7 +355,10 @@ async fn retries_throttling_server_errors_and_dropped_connections() {
     let started = tokio::time::Instant::now();
     client.flavors().list().await.unwrap();
     assert_eq!(sim.request_count(routes::FLAVORS), 3);
-    assert!(started.elapsed() >= Duration::from_millis(100), "Retry-After honoured");
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "Retry-After honoured"
+    );
 
     faults.server_error(routes::SUBNETS, 2, 503);
     client.subnets().list().await.unwrap();
@@ -261,7 +375,15 @@ async fn retries_throttling_server_errors_and_dropped_connections() {
     // Persistent throttling ends in a typed error after max_attempts.
     faults.throttle(routes::IMAGES, 10, Duration::from_millis(1));
     let err = client.images().list().await.unwrap_err();
-    assert!(matches!(err, Error::Throttled { retry_after: Some(_) }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Throttled {
+                retry_after: Some(_)
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(sim.request_count(routes::IMAGES), 5);
     sim.shutdown().await;
 }
@@ -269,9 +391,12 @@ async fn retries_throttling_server_errors_and_dropped_connections() {
 #[tokio::test]
 async fn timeouts_are_retried() {
     let sim = Simulator::start(fast()).await.unwrap();
-    let client = client_with(&sim, |c| c.retry.request_timeout = Duration::from_millis(300));
+    let client = client_with(&sim, |c| {
+        c.retry.request_timeout = Duration::from_millis(300)
+    });
     client.authenticate().await.unwrap();
-    sim.faults().latency(routes::SECURITY_GROUPS, Duration::from_millis(600));
+    sim.faults()
+        .latency(routes::SECURITY_GROUPS, Duration::from_millis(600));
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move { client.security_groups().list().await })
@@ -281,7 +406,8 @@ async fn timeouts_are_retried() {
         (sim.request_count(routes::SECURITY_GROUPS) >= 1).then_some(())
     })
     .await;
-    sim.faults().latency(routes::SECURITY_GROUPS, Duration::ZERO);
+    sim.faults()
+        .latency(routes::SECURITY_GROUPS, Duration::ZERO);
     assert!(!waiting.await.unwrap().unwrap().is_empty());
     assert!(sim.request_count(routes::SECURITY_GROUPS) >= 2);
     sim.shutdown().await;
@@ -294,10 +420,18 @@ async fn create_that_happened_despite_a_dropped_answer_is_not_repeated() {
     let name = naming::instance_name("demo-cluster", "dropped-1");
     let instance = client.instances().create(&spec(&name)).await.unwrap();
     assert_eq!(instance.name.as_deref(), Some(name.as_str()));
-    let same_name: Vec<_> = sim.instances().into_iter().filter(|i| i.name.as_deref() == Some(&name)).collect();
+    let same_name: Vec<_> = sim
+        .instances()
+        .into_iter()
+        .filter(|i| i.name.as_deref() == Some(&name))
+        .collect();
     assert_eq!(same_name.len(), 1, "exactly one instance");
     assert_eq!(same_name[0].id, instance.id);
-    assert_eq!(sim.request_count(routes::INSTANCES_CREATE), 1, "create sent once");
+    assert_eq!(
+        sim.request_count(routes::INSTANCES_CREATE),
+        1,
+        "create sent once"
+    );
 
     // A retried create of the same NodeClaim (e.g. after a controller
     // restart) finds the instance instead of launching another.
@@ -310,14 +444,24 @@ async fn create_that_happened_despite_a_dropped_answer_is_not_repeated() {
 #[tokio::test]
 async fn create_that_timed_out_after_commit_is_not_repeated() {
     let sim = Simulator::start(fast()).await.unwrap();
-    let client = client_with(&sim, |c| c.retry.request_timeout = Duration::from_millis(300));
-    sim.faults().delay_after_commit(routes::INSTANCES_CREATE, 1, Duration::from_millis(800));
+    let client = client_with(&sim, |c| {
+        c.retry.request_timeout = Duration::from_millis(300)
+    });
+    sim.faults()
+        .delay_after_commit(routes::INSTANCES_CREATE, 1, Duration::from_millis(800));
     let name = naming::instance_name("demo-cluster", "slow-1");
     let instance = client.instances().create(&spec(&name)).await.unwrap();
-    let same_name = sim.instances().into_iter().filter(|i| i.name.as_deref() == Some(&name)).count();
+    let same_name = sim
+        .instances()
+        .into_iter()
+        .filter(|i| i.name.as_deref() == Some(&name))
+        .count();
     assert_eq!(same_name, 1);
     assert_eq!(sim.request_count(routes::INSTANCES_CREATE), 1);
-    assert_eq!(client.instances().get(&instance.id).await.unwrap().id, instance.id);
+    assert_eq!(
+        client.instances().get(&instance.id).await.unwrap().id,
+        instance.id
+    );
     sim.shutdown().await;
 }
 
@@ -336,20 +480,38 @@ async fn create_rejected_before_commit_is_retried() {
 #[tokio::test]
 async fn errors_are_typed() {
     let mut project = ProjectSeed::default();
-    project.quota = Quota { max_instances: 2, max_vcpus: 400 };
-    let (sim, client) = start(SimConfig { projects: vec![project], ..fast() }).await;
+    project.quota = Quota {
+        max_instances: 2,
+        max_vcpus: 400,
+    };
+    let (sim, client) = start(SimConfig {
+        projects: vec![project],
+        ..fast()
+    })
+    .await;
 
-    assert!(matches!(client.instances().get("no-such-id").await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        client.instances().get("no-such-id").await,
+        Err(Error::NotFound { .. })
+    ));
 
     sim.faults().capacity_error("m2a.large", "kr-central-2-a");
-    let err = client.instances().create(&spec("kk-capacity-1")).await.unwrap_err();
+    let err = client
+        .instances()
+        .create(&spec("kk-capacity-1"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InsufficientCapacity { .. }), "{err:?}");
     assert!(err.is_capacity());
-    sim.faults().clear_capacity_error("m2a.large", "kr-central-2-a");
+    sim.faults()
+        .clear_capacity_error("m2a.large", "kr-central-2-a");
 
     sim.set_available("m2a.large", "kr-central-2-a", 0);
     let flavors = client.flavors().list().await.unwrap();
-    let m2a = flavors.iter().find(|f| f.name.as_deref() == Some("m2a.large")).unwrap();
+    let m2a = flavors
+        .iter()
+        .find(|f| f.name.as_deref() == Some("m2a.large"))
+        .unwrap();
     assert_eq!(m2a.available.get("kr-central-2-a"), Some(&0));
     assert!(matches!(
         client.instances().create(&spec("kk-capacity-2")).await,
@@ -357,26 +519,58 @@ async fn errors_are_typed() {
     ));
     sim.set_available("m2a.large", "kr-central-2-a", 10);
 
-    client.instances().create(&spec("kk-quota-1")).await.unwrap();
-    client.instances().create(&spec("kk-quota-2")).await.unwrap();
-    let err = client.instances().create(&spec("kk-quota-3")).await.unwrap_err();
+    client
+        .instances()
+        .create(&spec("kk-quota-1"))
+        .await
+        .unwrap();
+    client
+        .instances()
+        .create(&spec("kk-quota-2"))
+        .await
+        .unwrap();
+    let err = client
+        .instances()
+        .create(&spec("kk-quota-3"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::QuotaExceeded { .. }), "{err:?}");
 
     let mut bad = spec("kk-invalid-1");
     bad.subnet_id = "subnet-missing".into();
-    assert!(matches!(client.instances().create(&bad).await, Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        client.instances().create(&bad).await,
+        Err(Error::InvalidInput { .. })
+    ));
     let mut bad = spec("kk-invalid-2");
     bad.availability_zone = Some("kr-central-2-b".into());
-    assert!(matches!(client.instances().create(&bad).await, Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        client.instances().create(&bad).await,
+        Err(Error::InvalidInput { .. })
+    ));
     assert!(matches!(
         client.instances().create(&spec("-not-a-name")).await,
         Err(Error::InvalidInput { .. })
     ));
 
-    let wrong = Client::new(sim.client_config(), Credentials::new("test-cred-id", "wrong-secret").unwrap()).unwrap();
-    assert!(matches!(wrong.authenticate().await, Err(Error::Unauthorized { .. })));
-    assert!(matches!(wrong.subnets().list().await, Err(Error::Unauthorized { .. })));
-    assert_eq!(sim.request_count(routes::SUBNETS), 0, "no service call without a token");
+    let wrong = Client::new(
+        sim.client_config(),
+        Credentials::new("test-cred-id", "wrong-secret").unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        wrong.authenticate().await,
+        Err(Error::Unauthorized { .. })
+    ));
+    assert!(matches!(
+        wrong.subnets().list().await,
+        Err(Error::Unauthorized { .. })
+    ));
+    assert_eq!(
+        sim.request_count(routes::SUBNETS),
+        0,
+        "no service call without a token"
+    );
     sim.shutdown().await;
 }
 
@@ -385,8 +579,16 @@ async fn instances_can_fail_or_hang_in_build() {
     let (sim, client) = start(fast()).await;
     sim.faults().go_to_error("kk-broken");
     sim.faults().stuck_in_build("kk-stuck");
-    let broken = client.instances().create(&spec("kk-broken-1")).await.unwrap();
-    let stuck = client.instances().create(&spec("kk-stuck-1")).await.unwrap();
+    let broken = client
+        .instances()
+        .create(&spec("kk-broken-1"))
+        .await
+        .unwrap();
+    let stuck = client
+        .instances()
+        .create(&spec("kk-stuck-1"))
+        .await
+        .unwrap();
     let fine = client.instances().create(&spec("kk-fine-1")).await.unwrap();
     eventually(Duration::from_secs(5), "ERROR and ACTIVE", || {
         let client = client.clone();
@@ -399,7 +601,10 @@ async fn instances_can_fail_or_hang_in_build() {
     })
     .await;
     // The fine one booted after the stuck one was created: the stuck one had its chance.
-    assert_eq!(client.instances().get(&stuck.id).await.unwrap().status, Some(InstanceStatus::Building));
+    assert_eq!(
+        client.instances().get(&stuck.id).await.unwrap().status,
+        Some(InstanceStatus::Building)
+    );
     sim.shutdown().await;
 }
 
@@ -410,26 +615,60 @@ async fn delete_owned_refuses_instances_whose_tag_does_not_verify() {
         br#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#,
     )
     .unwrap();
-    let ours = client.instances().create(&spec("kk-demo-ours")).await.unwrap();
-    let theirs = client.instances().create(&spec("kk-demo-theirs")).await.unwrap();
+    let ours = client
+        .instances()
+        .create(&spec("kk-demo-ours"))
+        .await
+        .unwrap();
+    let theirs = client
+        .instances()
+        .create(&spec("kk-demo-theirs"))
+        .await
+        .unwrap();
     let tag = keyring.sign("demo-cluster", "ours", &ours.id).unwrap();
-    client.instances().update_description(&ours.id, &compose_description("worker", &tag)).await.unwrap();
+    client
+        .instances()
+        .update_description(&ours.id, &compose_description("worker", &tag))
+        .await
+        .unwrap();
     // A copy of our tag on another instance does not make it ours.
-    client.instances().update_description(&theirs.id, &tag).await.unwrap();
+    client
+        .instances()
+        .update_description(&theirs.id, &tag)
+        .await
+        .unwrap();
 
-    match client.instances().delete_owned(&theirs.id, &keyring, "demo-cluster").await {
+    match client
+        .instances()
+        .delete_owned(&theirs.id, &keyring, "demo-cluster")
+        .await
+    {
         Err(DeleteOwnedError::NotOwned(VerifyError::BadSignature)) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }
-    match client.instances().delete_owned(&ours.id, &keyring, "other-cluster").await {
+    match client
+        .instances()
+        .delete_owned(&ours.id, &keyring, "other-cluster")
+        .await
+    {
         Err(DeleteOwnedError::NotOwned(_)) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(sim.instances().len(), 2, "nothing deleted");
-    let (outcome, owner) = client.instances().delete_owned(&ours.id, &keyring, "demo-cluster").await.unwrap();
+    let (outcome, owner) = client
+        .instances()
+        .delete_owned(&ours.id, &keyring, "demo-cluster")
+        .await
+        .unwrap();
     assert_eq!(outcome, DeleteOutcome::Deleted);
     assert_eq!(owner.nodeclaim, "ours");
-    assert_eq!(sim.instances().iter().map(|i| i.id.clone()).collect::<Vec<_>>(), [theirs.id.clone()]);
+    assert_eq!(
+        sim.instances()
+            .iter()
+            .map(|i| i.id.clone())
+            .collect::<Vec<_>>(),
+        [theirs.id.clone()]
+    );
     sim.shutdown().await;
 }
 
@@ -467,10 +706,15 @@ async fn credentials_and_tokens_never_appear_in_debug_errors_or_logs() {
     // Exercise success, retries and failures with logging on.
     sim.faults().server_error(routes::TOKEN, 1, 503);
     client.flavors().list().await.unwrap();
-    sim.faults().throttle(routes::SUBNETS, 1, Duration::from_millis(1));
+    sim.faults()
+        .throttle(routes::SUBNETS, 1, Duration::from_millis(1));
     client.subnets().list().await.unwrap();
     let bad_secret = "definitely-not-the-secret-42";
-    let wrong = Client::new(sim.client_config(), Credentials::new("test-cred-id", bad_secret).unwrap()).unwrap();
+    let wrong = Client::new(
+        sim.client_config(),
+        Credentials::new("test-cred-id", bad_secret).unwrap(),
+    )
+    .unwrap();
     let err = wrong.authenticate().await.unwrap_err();
     for shown in [format!("{err}"), format!("{err:?}")] {
         assert!(!shown.contains(bad_secret), "{shown}");
@@ -481,7 +725,10 @@ async fn credentials_and_tokens_never_appear_in_debug_errors_or_logs() {
     client.instances().create(&launch).await.unwrap();
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(logs.contains("issued KakaoCloud API token"), "logging was captured: {logs}");
+    assert!(
+        logs.contains("issued KakaoCloud API token"),
+        "logging was captured: {logs}"
+    );
     for needle in [secret, bad_secret, "0123456789abcdef"] {
         assert!(!logs.contains(needle), "{needle:?} leaked into logs");
     }

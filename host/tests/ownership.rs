@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use karpenter_kakaocloud::kakaocloud::api::INSTANCE_DESCRIPTION_MAX;
 use karpenter_kakaocloud::ownership::{
-    KeyringError, Keyring, KeyringHandle, SignError, VerifyError, compose_description, tags_in,
+    Keyring, KeyringError, KeyringHandle, SignError, VerifyError, compose_description, tags_in,
 };
 use proptest::prelude::*;
 
@@ -13,7 +13,10 @@ fn key(byte: u8) -> String {
 }
 
 fn ring(active: &str, keys: &[(&str, u8)]) -> Keyring {
-    let keys: Vec<_> = keys.iter().map(|(id, b)| serde_json::json!({"id": id, "key": key(*b)})).collect();
+    let keys: Vec<_> = keys
+        .iter()
+        .map(|(id, b)| serde_json::json!({"id": id, "key": key(*b)}))
+        .collect();
     let json = serde_json::json!({"activeKeyID": active, "keys": keys});
     Keyring::from_json(json.to_string().as_bytes()).expect("valid keyring")
 }
@@ -26,11 +29,18 @@ fn round_trip_names_the_nodeclaim_and_key() {
     let k = ring("k1", &[("k1", 1)]);
     let tag = k.sign(CLUSTER, "default-x7k2p", INSTANCE).unwrap();
     let owner = k.verify(&tag, CLUSTER, INSTANCE).unwrap();
-    assert_eq!((owner.nodeclaim.as_str(), owner.key_id.as_str()), ("default-x7k2p", "k1"));
+    assert_eq!(
+        (owner.nodeclaim.as_str(), owner.key_id.as_str()),
+        ("default-x7k2p", "k1")
+    );
     // The tag sits in a description next to human text.
     let description = compose_description("managed by karpenter", &tag);
     assert!(description.chars().count() <= INSTANCE_DESCRIPTION_MAX);
-    assert_eq!(k.verify_description(&description, CLUSTER, INSTANCE).unwrap(), owner);
+    assert_eq!(
+        k.verify_description(&description, CLUSTER, INSTANCE)
+            .unwrap(),
+        owner
+    );
     assert_eq!(tags_in(&description).count(), 1);
 }
 
@@ -44,7 +54,10 @@ fn longest_nodeclaim_tag_fits_the_description_limit() {
     assert_eq!(tag.len(), INSTANCE_DESCRIPTION_MAX);
     assert!(k.verify(&tag, CLUSTER, INSTANCE).is_ok());
     let too_long = format!("{}.abcde", "n".repeat(59));
-    assert_eq!(k.sign(CLUSTER, &too_long, INSTANCE), Err(SignError::TooLong { len: 101 }));
+    assert_eq!(
+        k.sign(CLUSTER, &too_long, INSTANCE),
+        Err(SignError::TooLong { len: 101 })
+    );
 }
 
 #[test]
@@ -52,13 +65,22 @@ fn rotation_keeps_old_tags_valid_and_signs_with_the_new_key() {
     let old = ring("k1", &[("k1", 1)]);
     let old_tag = old.sign(CLUSTER, "a", INSTANCE).unwrap();
     let rotated = ring("k2", &[("k1", 1), ("k2", 2)]);
-    assert_eq!(rotated.verify(&old_tag, CLUSTER, INSTANCE).unwrap().key_id, "k1");
+    assert_eq!(
+        rotated.verify(&old_tag, CLUSTER, INSTANCE).unwrap().key_id,
+        "k1"
+    );
     let new_tag = rotated.sign(CLUSTER, "a", INSTANCE).unwrap();
     assert!(new_tag.contains(":k2:"));
-    assert_eq!(rotated.verify(&new_tag, CLUSTER, INSTANCE).unwrap().key_id, "k2");
+    assert_eq!(
+        rotated.verify(&new_tag, CLUSTER, INSTANCE).unwrap().key_id,
+        "k2"
+    );
     // Retiring k1 retires its tags.
     let retired = ring("k2", &[("k2", 2)]);
-    assert_eq!(retired.verify(&old_tag, CLUSTER, INSTANCE), Err(VerifyError::UnknownKey("k1".into())));
+    assert_eq!(
+        retired.verify(&old_tag, CLUSTER, INSTANCE),
+        Err(VerifyError::UnknownKey("k1".into()))
+    );
 }
 
 #[test]
@@ -67,19 +89,34 @@ fn forgeries_are_rejected() {
     let tag = k.sign(CLUSTER, "pool-a", INSTANCE).unwrap();
 
     // Foreign cluster and copied to another instance.
-    assert_eq!(k.verify(&tag, "other-cluster", INSTANCE), Err(VerifyError::BadSignature));
-    assert_eq!(k.verify(&tag, CLUSTER, "another-instance-id"), Err(VerifyError::BadSignature));
+    assert_eq!(
+        k.verify(&tag, "other-cluster", INSTANCE),
+        Err(VerifyError::BadSignature)
+    );
+    assert_eq!(
+        k.verify(&tag, CLUSTER, "another-instance-id"),
+        Err(VerifyError::BadSignature)
+    );
     // Same key ID, different key (another cluster's keyring).
     let impostor = ring("k1", &[("k1", 9)]);
     let forged = impostor.sign(CLUSTER, "pool-a", INSTANCE).unwrap();
-    assert_eq!(k.verify(&forged, CLUSTER, INSTANCE), Err(VerifyError::BadSignature));
+    assert_eq!(
+        k.verify(&forged, CLUSTER, INSTANCE),
+        Err(VerifyError::BadSignature)
+    );
     // Unknown key.
     let other = ring("k9", &[("k9", 1)]);
     let unknown = other.sign(CLUSTER, "pool-a", INSTANCE).unwrap();
-    assert_eq!(k.verify(&unknown, CLUSTER, INSTANCE), Err(VerifyError::UnknownKey("k9".into())));
+    assert_eq!(
+        k.verify(&unknown, CLUSTER, INSTANCE),
+        Err(VerifyError::UnknownKey("k9".into()))
+    );
     // NodeClaim name swapped.
     let swapped = tag.replace(":pool-a:", ":pool-b:");
-    assert_eq!(k.verify(&swapped, CLUSTER, INSTANCE), Err(VerifyError::BadSignature));
+    assert_eq!(
+        k.verify(&swapped, CLUSTER, INSTANCE),
+        Err(VerifyError::BadSignature)
+    );
     // Truncated, extended, malformed.
     for bad in [
         &tag[..tag.len() - 1],
@@ -93,20 +130,34 @@ fn forgeries_are_rejected() {
         &tag.replacen("kk:1:", "kk:2:", 1),
         &tag.replacen("kk:", "KK:", 1),
     ] {
-        assert!(k.verify(bad, CLUSTER, INSTANCE).is_err(), "{bad:?} verified");
+        assert!(
+            k.verify(bad, CLUSTER, INSTANCE).is_err(),
+            "{bad:?} verified"
+        );
     }
-    assert_eq!(k.verify_description("no tag here", CLUSTER, INSTANCE), Err(VerifyError::NoTag));
+    assert_eq!(
+        k.verify_description("no tag here", CLUSTER, INSTANCE),
+        Err(VerifyError::NoTag)
+    );
 }
 
 #[test]
 fn bad_keyrings_are_clear_errors() {
     let k32 = key(1);
+    #[allow(clippy::type_complexity)] // (keyring text, expected error)
     let cases: Vec<(String, fn(&KeyringError) -> bool)> = vec![
         ("not json".into(), |e| matches!(e, KeyringError::Parse(_))),
-        (r#"{"keys":[]}"#.into(), |e| matches!(e, KeyringError::MissingActiveKeyId)),
-        (r#"{"activeKeyID":"k1","keys":[]}"#.into(), |e| matches!(e, KeyringError::NoKeys)),
+        (r#"{"keys":[]}"#.into(), |e| {
+            matches!(e, KeyringError::MissingActiveKeyId)
+        }),
+        (r#"{"activeKeyID":"k1","keys":[]}"#.into(), |e| {
+            matches!(e, KeyringError::NoKeys)
+        }),
         (
-            format!(r#"{{"activeKeyID":"k1","keys":[{{"id":"k1","key":"{}"}}]}}"#, key(1).replace('=', "").replace('A', "*")),
+            format!(
+                r#"{{"activeKeyID":"k1","keys":[{{"id":"k1","key":"{}"}}]}}"#,
+                key(1).replace('=', "").replace('A', "*")
+            ),
             |e| matches!(e, KeyringError::BadBase64 { .. }),
         ),
         (
@@ -125,11 +176,13 @@ fn bad_keyrings_are_clear_errors() {
             |e| matches!(e, KeyringError::ActiveKeyAbsent(_)),
         ),
         (
-            format!(r#"{{"activeKeyID":"k1","keys":[{{"id":"k1","key":"{k32}"}},{{"id":"k1","key":"{k32}"}}]}}"#),
+            format!(
+                r#"{{"activeKeyID":"k1","keys":[{{"id":"k1","key":"{k32}"}},{{"id":"k1","key":"{k32}"}}]}}"#
+            ),
             |e| matches!(e, KeyringError::DuplicateKeyId(_)),
         ),
         (
-            format!(r#"{{"activeKeyID":"k1","keys":[{{"id":"k1"}}]}}"#),
+            r#"{"activeKeyID":"k1","keys":[{"id":"k1"}]}"#.to_string(),
             |e| matches!(e, KeyringError::Parse(_)),
         ),
     ];
@@ -155,14 +208,18 @@ fn handle_reload_swaps_valid_rings_and_keeps_the_old_one_on_error() {
     let mut changes = handle.subscribe();
     let tag = handle.current().sign(CLUSTER, "a", INSTANCE).unwrap();
     let good = serde_json::json!({"activeKeyID":"k2","keys":[{"id":"k1","key":key(1)},{"id":"k2","key":key(2)}]});
-    handle.reload_from_json(good.to_string().as_bytes()).unwrap();
+    handle
+        .reload_from_json(good.to_string().as_bytes())
+        .unwrap();
     assert!(changes.has_changed().unwrap());
     changes.mark_unchanged();
     assert_eq!(handle.current().active_key_id(), "k2");
     assert!(handle.current().verify(&tag, CLUSTER, INSTANCE).is_ok());
     assert_eq!(handle.generation(), 1);
 
-    let err = handle.reload_from_json(br#"{"activeKeyID":"k3","keys":[]}"#).unwrap_err();
+    let err = handle
+        .reload_from_json(br#"{"activeKeyID":"k3","keys":[]}"#)
+        .unwrap_err();
     assert_eq!(err, KeyringError::NoKeys);
     assert_eq!(handle.current().active_key_id(), "k2", "old ring kept");
     assert_eq!(handle.last_error(), Some(KeyringError::NoKeys));

@@ -36,8 +36,14 @@ pub(crate) fn node_class_ref_immutable_kind(s: &mut Schema) {
     add_rules(
         s,
         &[
-            ("self.group == oldSelf.group", "nodeClassRef.group is immutable"),
-            ("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable"),
+            (
+                "self.group == oldSelf.group",
+                "nodeClassRef.group is immutable",
+            ),
+            (
+                "self.kind == oldSelf.kind",
+                "nodeClassRef.kind is immutable",
+            ),
         ],
     );
 }

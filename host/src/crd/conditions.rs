@@ -12,11 +12,29 @@ pub struct DesiredCondition {
 }
 
 impl DesiredCondition {
-    pub fn truthy(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { type_, status: true, reason: reason.into(), message: message.into() }
+    pub fn truthy(
+        type_: &'static str,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status: true,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
-    pub fn falsy(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { type_, status: false, reason: reason.into(), message: message.into() }
+    pub fn falsy(
+        type_: &'static str,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -68,7 +86,9 @@ pub fn set_condition(
 
 /// Whether `type_` is present with status True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 #[cfg(test)]

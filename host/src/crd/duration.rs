@@ -164,7 +164,11 @@ macro_rules! string_serde {
 }
 
 string_serde!(KDuration, DURATION_PATTERN, "KDuration");
-string_serde!(NillableDuration, NILLABLE_DURATION_PATTERN, "NillableDuration");
+string_serde!(
+    NillableDuration,
+    NILLABLE_DURATION_PATTERN,
+    "NillableDuration"
+);
 
 #[cfg(test)]
 mod tests {

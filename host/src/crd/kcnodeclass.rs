@@ -38,7 +38,11 @@ const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
     printcolumn(
         name = "Version",
         type_ = "string",
@@ -135,7 +139,10 @@ fn default_true() -> bool {
 
 impl Default for RootVolume {
     fn default() -> Self {
-        Self { size_gib: 50, delete_on_termination: true }
+        Self {
+            size_gib: 50,
+            delete_on_termination: true,
+        }
     }
 }
 

@@ -8,6 +8,9 @@
 //! ranges, enums, CEL rules), so the API server refuses bad objects with a
 //! message naming the field, before any controller sees them.
 
+// kube's derive takes repeated `#[kube(printcolumn = ..)]`, which clippy mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod common;
 pub mod conditions;
 pub mod duration;
@@ -42,13 +45,19 @@ const HEADER: &str = "# Generated from the Rust types in host/src/crd by\n\
 pub fn nodepool_crd() -> CustomResourceDefinition {
     let mut crd = NodePool::crd();
     for version in &mut crd.spec.versions {
-        if let Some(root) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
             let (rule, message) = nodepool::NAME_LENGTH_RULE;
-            root.x_kubernetes_validations.get_or_insert_with(Vec::new).push(ValidationRule {
-                rule: rule.into(),
-                message: Some(message.into()),
-                ..Default::default()
-            });
+            root.x_kubernetes_validations
+                .get_or_insert_with(Vec::new)
+                .push(ValidationRule {
+                    rule: rule.into(),
+                    message: Some(message.into()),
+                    ..Default::default()
+                });
         }
     }
     crd
@@ -68,6 +77,11 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
 pub fn generated_files() -> Result<Vec<(String, String)>, serde_yaml::Error> {
     all()
         .iter()
-        .map(|crd| Ok((file_name(crd), format!("{HEADER}{}", serde_yaml::to_string(crd)?))))
+        .map(|crd| {
+            Ok((
+                file_name(crd),
+                format!("{HEADER}{}", serde_yaml::to_string(crd)?),
+            ))
+        })
         .collect()
 }

@@ -47,16 +47,35 @@ use super::schema::{add_rules, atomic_list, conditions_list};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "ImageID", type_ = "string", priority = 1, json_path = ".status.imageID"),
-    printcolumn(name = "ID", type_ = "string", priority = 1, json_path = ".status.providerID"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "ImageID",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.imageID"
+    ),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.providerID"
+    ),
     printcolumn(
         name = "NodePool",
         type_ = "string",
         priority = 1,
         json_path = ".metadata.labels.karpenter\\.sh/nodepool"
     ),
-    printcolumn(name = "NodeClass", type_ = "string", priority = 1, json_path = ".spec.nodeClassRef.name"),
+    printcolumn(
+        name = "NodeClass",
+        type_ = "string",
+        priority = 1,
+        json_path = ".spec.nodeClassRef.name"
+    ),
     printcolumn(
         name = "Drifted",
         type_ = "string",
@@ -100,7 +119,11 @@ pub struct ResourceRequests {
 pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
-    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provider_id: Option<String>,
     #[serde(rename = "imageID", default, skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,

@@ -38,17 +38,40 @@ pub(crate) const NAME_LENGTH_RULE: (&str, &str) = (
     status = "NodePoolStatus",
     derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API",
-    printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
+    printcolumn(
+        name = "NodeClass",
+        type_ = "string",
+        json_path = ".spec.template.spec.nodeClassRef.name"
+    ),
     printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Weight", type_ = "integer", priority = 1, json_path = ".spec.weight"),
-    printcolumn(name = "CPU", type_ = "string", priority = 1, json_path = ".status.resources.cpu"),
-    printcolumn(name = "Memory", type_ = "string", priority = 1, json_path = ".status.resources.memory")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Weight",
+        type_ = "integer",
+        priority = 1,
+        json_path = ".spec.weight"
+    ),
+    printcolumn(
+        name = "CPU",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.resources.cpu"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.resources.memory"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
@@ -96,8 +119,14 @@ fn template_labels_rules(s: &mut Schema) {
                 r#"self.all(x, x in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || !x.find("^([^/]+)").endsWith("karpenter.sh"))"#,
                 r#"label domain "karpenter.sh" is restricted"#,
             ),
-            (r#"self.all(x, x != "karpenter.sh/nodepool")"#, r#"label "karpenter.sh/nodepool" is restricted"#),
-            (r#"self.all(x, x != "kubernetes.io/hostname")"#, r#"label "kubernetes.io/hostname" is restricted"#),
+            (
+                r#"self.all(x, x != "karpenter.sh/nodepool")"#,
+                r#"label "karpenter.sh/nodepool" is restricted"#,
+            ),
+            (
+                r#"self.all(x, x != "kubernetes.io/hostname")"#,
+                r#"label "kubernetes.io/hostname" is restricted"#,
+            ),
         ],
     );
 }
@@ -156,7 +185,12 @@ fn zero_duration() -> NillableDuration {
 }
 
 fn default_budgets() -> Vec<Budget> {
-    vec![Budget { nodes: "10%".into(), schedule: None, duration: None, reasons: None }]
+    vec![Budget {
+        nodes: "10%".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }]
 }
 
 impl Default for Disruption {
@@ -173,7 +207,10 @@ fn budgets_rules(s: &mut Schema) {
     atomic_list(s);
     add_rules(
         s,
-        &[("self.all(x, has(x.schedule) == has(x.duration))", "'schedule' must be set with 'duration'")],
+        &[(
+            "self.all(x, has(x.schedule) == has(x.duration))",
+            "'schedule' must be set with 'duration'",
+        )],
     );
 }
 
@@ -240,7 +277,12 @@ mod tests {
 
     #[test]
     fn percentage_budgets_round_up() {
-        let b = |n: &str| Budget { nodes: n.into(), schedule: None, duration: None, reasons: None };
+        let b = |n: &str| Budget {
+            nodes: n.into(),
+            schedule: None,
+            duration: None,
+            reasons: None,
+        };
         assert_eq!(b("10%").allowed(5), Some(1));
         assert_eq!(b("10%").allowed(20), Some(2));
         assert_eq!(b("0%").allowed(20), Some(0));
@@ -251,7 +293,10 @@ mod tests {
     #[test]
     fn defaults_match_upstream() {
         let d = Disruption::default();
-        assert_eq!(d.consolidation_policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
+        assert_eq!(
+            d.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
         assert_eq!(d.budgets[0].allowed(100), Some(10));
         assert_eq!(default_expire_after().to_string(), "720h");
     }

@@ -163,6 +163,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(r.min_values, Some(2));
-        assert!(serde_json::from_value::<Requirement>(json!({"key": "k", "operator": "Matches"})).is_err());
+        assert!(
+            serde_json::from_value::<Requirement>(json!({"key": "k", "operator": "Matches"}))
+                .is_err()
+        );
     }
 }

@@ -16,7 +16,10 @@ pub(crate) fn add_rules(schema: &mut Schema, rules: &[(&str, &str)]) {
     match schema.get_mut("x-kubernetes-validations") {
         Some(Value::Array(existing)) => existing.extend(new),
         _ => {
-            schema.insert("x-kubernetes-validations".into(), Value::Array(new.collect()));
+            schema.insert(
+                "x-kubernetes-validations".into(),
+                Value::Array(new.collect()),
+            );
         }
     }
 }

@@ -31,7 +31,10 @@ pub fn allowed_by_budgets(budgets: &[Budget], reason: Reason, total: u32, now: T
     };
     let mut allowed = u32::MAX;
     for b in budgets {
-        if b.reasons.as_ref().is_some_and(|rs| !rs.contains(&budget_reason)) {
+        if b.reasons
+            .as_ref()
+            .is_some_and(|rs| !rs.contains(&budget_reason))
+        {
             continue;
         }
         match budget_active(b, now) {
@@ -73,9 +76,18 @@ impl BudgetTracker {
                     disrupting += 1;
                 }
             }
-            for reason in [Reason::Empty, Reason::Underutilized, Reason::Drifted, Reason::Expired] {
+            for reason in [
+                Reason::Empty,
+                Reason::Underutilized,
+                Reason::Drifted,
+                Reason::Expired,
+            ] {
                 let allowed = allowed_by_budgets(&pool.budgets, reason, total, snapshot.now);
-                left.push((pool.name.clone(), reason, allowed.saturating_sub(disrupting)));
+                left.push((
+                    pool.name.clone(),
+                    reason,
+                    allowed.saturating_sub(disrupting),
+                ));
             }
         }
         BudgetTracker { left }
@@ -110,7 +122,12 @@ mod tests {
     use std::time::Duration;
 
     fn budget(nodes: &str) -> Budget {
-        Budget { nodes: nodes.into(), schedule: None, duration: None, reasons: None }
+        Budget {
+            nodes: nodes.into(),
+            schedule: None,
+            duration: None,
+            reasons: None,
+        }
     }
 
     fn at(s: &str) -> Timestamp {
@@ -123,10 +140,16 @@ mod tests {
         let bs = vec![budget("10%"), budget("3")];
         assert_eq!(allowed_by_budgets(&bs, Reason::Underutilized, 5, now), 1);
         assert_eq!(allowed_by_budgets(&bs, Reason::Underutilized, 100, now), 3);
-        assert_eq!(allowed_by_budgets(&[budget("0")], Reason::Empty, 100, now), 0);
+        assert_eq!(
+            allowed_by_budgets(&[budget("0")], Reason::Empty, 100, now),
+            0
+        );
         assert_eq!(allowed_by_budgets(&[], Reason::Empty, 100, now), u32::MAX);
         // Expiration is forceful: budgets do not apply.
-        assert_eq!(allowed_by_budgets(&[budget("0")], Reason::Expired, 100, now), u32::MAX);
+        assert_eq!(
+            allowed_by_budgets(&[budget("0")], Reason::Expired, 100, now),
+            u32::MAX
+        );
     }
 
     #[test]
@@ -146,9 +169,18 @@ mod tests {
         b.schedule = Some("0 9 * * mon-fri".into());
         b.duration = Some(KDuration(Duration::from_secs(8 * 3600)));
         let bs = vec![budget("100%"), b];
-        assert_eq!(allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-03T10:00:00Z")), 0);
-        assert_eq!(allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-03T18:00:00Z")), 4);
-        assert_eq!(allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-05T10:00:00Z")), 4);
+        assert_eq!(
+            allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-03T10:00:00Z")),
+            0
+        );
+        assert_eq!(
+            allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-03T18:00:00Z")),
+            4
+        );
+        assert_eq!(
+            allowed_by_budgets(&bs, Reason::Empty, 4, at("2026-12-05T10:00:00Z")),
+            4
+        );
     }
 
     #[test]
@@ -161,6 +193,9 @@ mod tests {
         let mut half = budget("100%");
         half.schedule = Some("@daily".into());
         assert_eq!(allowed_by_budgets(&[half], Reason::Empty, 10, now), 0);
-        assert_eq!(allowed_by_budgets(&[budget("lots")], Reason::Empty, 10, now), 0);
+        assert_eq!(
+            allowed_by_budgets(&[budget("lots")], Reason::Empty, 10, now),
+            0
+        );
     }
 }

@@ -31,7 +31,9 @@ pub struct Schedule {
     dow_restricted: bool,
 }
 
-const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
 const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 fn value(text: &str, names: &[&str], offset: u32) -> Option<u32> {
@@ -39,17 +41,32 @@ fn value(text: &str, names: &[&str], offset: u32) -> Option<u32> {
         return Some(n);
     }
     let lower = text.to_ascii_lowercase();
-    names.iter().position(|n| *n == lower).map(|i| i as u32 + offset)
+    names
+        .iter()
+        .position(|n| *n == lower)
+        .map(|i| i as u32 + offset)
 }
 
 /// Parses one field into a bitmask over `min..=max`.
-fn field(text: &str, min: u32, max: u32, names: &[&str], name_offset: u32) -> Result<(u64, bool), CronError> {
-    let err = |reason| CronError::Field { field: text.to_owned(), reason };
+fn field(
+    text: &str,
+    min: u32,
+    max: u32,
+    names: &[&str],
+    name_offset: u32,
+) -> Result<(u64, bool), CronError> {
+    let err = |reason| CronError::Field {
+        field: text.to_owned(),
+        reason,
+    };
     let mut mask = 0u64;
     let mut restricted = false;
     for part in text.split(',') {
         let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (r, s.parse::<u32>().map_err(|_| err("step is not a number"))?),
+            Some((r, s)) => (
+                r,
+                s.parse::<u32>().map_err(|_| err("step is not a number"))?,
+            ),
             None => (part, 1),
         };
         if step == 0 {
@@ -65,7 +82,8 @@ fn field(text: &str, min: u32, max: u32, names: &[&str], name_offset: u32) -> Re
                     value(b, names, name_offset).ok_or_else(|| err("not a number or name"))?,
                 ),
                 None => {
-                    let v = value(range, names, name_offset).ok_or_else(|| err("not a number or name"))?;
+                    let v = value(range, names, name_offset)
+                        .ok_or_else(|| err("not a number or name"))?;
                     // `5/15` means 5, 20, 35, 50.
                     (v, if part.contains('/') { max } else { v })
                 }
@@ -128,7 +146,10 @@ impl Schedule {
         let day = z.day() as u32;
         let month = z.month() as u32;
         let weekday = z.weekday().to_sunday_zero_offset() as u32;
-        if self.minutes & (1 << minute) == 0 || self.hours & (1 << hour) == 0 || self.months & (1 << month) == 0 {
+        if self.minutes & (1 << minute) == 0
+            || self.hours & (1 << hour) == 0
+            || self.months & (1 << month) == 0
+        {
             return false;
         }
         let dom_ok = self.days & (1 << day) != 0;
@@ -155,7 +176,9 @@ impl Schedule {
             if at + secs <= now.as_second() {
                 break;
             }
-            let Ok(t) = Timestamp::from_second(at) else { break };
+            let Ok(t) = Timestamp::from_second(at) else {
+                break;
+            };
             if self.matches(t) {
                 return true;
             }
@@ -198,7 +221,16 @@ mod tests {
 
     #[test]
     fn rejects_malformed_schedules() {
-        for bad in ["", "* * * *", "60 * * * *", "* 24 * * *", "*/0 * * * *", "a * * * *", "5-1 * * * *", "* * 0 * *"] {
+        for bad in [
+            "",
+            "* * * *",
+            "60 * * * *",
+            "* 24 * * *",
+            "*/0 * * * *",
+            "a * * * *",
+            "5-1 * * * *",
+            "* * 0 * *",
+        ] {
             assert!(Schedule::parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }

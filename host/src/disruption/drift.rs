@@ -64,58 +64,77 @@ fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str>
 }
 
 /// Why `claim` drifted from `pool` and `class`, if it did.
-pub fn detect(claim: &NodeClaim, pool: &NodePool, class: Option<&KCNodeClass>) -> Option<DriftReason> {
+pub fn detect(
+    claim: &NodeClaim,
+    pool: &NodePool,
+    class: Option<&KCNodeClass>,
+) -> Option<DriftReason> {
     // 1. NodePool template hash, same version only.
     let versions_match = annotation(&claim.metadata, NODEPOOL_HASH_VERSION_ANNOTATION)
         == annotation(&pool.metadata, NODEPOOL_HASH_VERSION_ANNOTATION);
     let pool_hash = annotation(&pool.metadata, NODEPOOL_HASH_ANNOTATION)
         .map(str::to_owned)
         .unwrap_or_else(|| nodepool_hash(&pool.spec));
-    if versions_match {
-        if let Some(claim_hash) = annotation(&claim.metadata, NODEPOOL_HASH_ANNOTATION) {
-            if claim_hash != pool_hash {
-                return Some(DriftReason::NodePoolDrifted);
-            }
-        }
+    if versions_match
+        && let Some(claim_hash) = annotation(&claim.metadata, NODEPOOL_HASH_ANNOTATION)
+        && claim_hash != pool_hash
+    {
+        return Some(DriftReason::NodePoolDrifted);
     }
     // 2. Requirements against the NodeClaim's labels (undefined well-known labels allowed).
     let empty = Default::default();
     let labels = claim.metadata.labels.as_ref().unwrap_or(&empty);
     for r in &pool.spec.template.spec.requirements {
         let value = labels.get(&r.key).map(String::as_str);
-        let ok = r.allows(value) || (value.is_none() && WELL_KNOWN_LABELS.contains(&r.key.as_str()));
+        let ok =
+            r.allows(value) || (value.is_none() && WELL_KNOWN_LABELS.contains(&r.key.as_str()));
         if !ok {
             return Some(DriftReason::RequirementsDrifted);
         }
     }
     // 3. The KCNodeClass.
     let class = class?;
-    if let Some(claim_hash) = annotation(&claim.metadata, NODECLASS_HASH_ANNOTATION) {
-        if claim_hash != nodeclass_hash(&class.spec) {
-            return Some(DriftReason::NodeClassDrifted("KCNodeClass spec changed".into()));
-        }
+    if let Some(claim_hash) = annotation(&claim.metadata, NODECLASS_HASH_ANNOTATION)
+        && claim_hash != nodeclass_hash(&class.spec)
+    {
+        return Some(DriftReason::NodeClassDrifted(
+            "KCNodeClass spec changed".into(),
+        ));
     }
     let status = class.status.as_ref()?;
-    if let (Some(image), Some(claim_image)) =
-        (status.image.as_ref(), claim.status.as_ref().and_then(|s| s.image_id.as_deref()))
+    if let (Some(image), Some(claim_image)) = (
+        status.image.as_ref(),
+        claim.status.as_ref().and_then(|s| s.image_id.as_deref()),
+    ) && image.id != claim_image
     {
-        if image.id != claim_image {
-            return Some(DriftReason::NodeClassDrifted(format!(
-                "image {claim_image} is no longer the class's image {}",
-                image.id
-            )));
-        }
+        return Some(DriftReason::NodeClassDrifted(format!(
+            "image {claim_image} is no longer the class's image {}",
+            image.id
+        )));
     }
-    if let Some(subnet) = annotation(&claim.metadata, SUBNET_ANNOTATION) {
-        if !status.subnets.is_empty() && !status.subnets.iter().any(|s| s.id == subnet) {
-            return Some(DriftReason::NodeClassDrifted(format!("subnet {subnet} is no longer selected")));
-        }
+    if let Some(subnet) = annotation(&claim.metadata, SUBNET_ANNOTATION)
+        && !status.subnets.is_empty()
+        && !status.subnets.iter().any(|s| s.id == subnet)
+    {
+        return Some(DriftReason::NodeClassDrifted(format!(
+            "subnet {subnet} is no longer selected"
+        )));
     }
     if let Some(groups) = annotation(&claim.metadata, SECURITY_GROUPS_ANNOTATION) {
-        let have: BTreeSet<&str> = groups.split(',').map(str::trim).filter(|g| !g.is_empty()).collect();
-        let want: BTreeSet<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        let have: BTreeSet<&str> = groups
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .collect();
+        let want: BTreeSet<&str> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
         if !want.is_empty() && have != want {
-            return Some(DriftReason::NodeClassDrifted("security groups changed".into()));
+            return Some(DriftReason::NodeClassDrifted(
+                "security groups changed".into(),
+            ));
         }
     }
     None

@@ -155,7 +155,8 @@ impl PodState {
 
     /// Karpenter's eviction cost: `clamp(1 + deletion-cost/2^27 + priority/2^25, -10, 10)`.
     pub fn eviction_cost(&self) -> f64 {
-        let cost = 1.0 + self.deletion_cost as f64 / f64::from(1u32 << 27)
+        let cost = 1.0
+            + self.deletion_cost as f64 / f64::from(1u32 << 27)
             + f64::from(self.priority) / f64::from(1u32 << 25);
         cost.clamp(-10.0, 10.0)
     }

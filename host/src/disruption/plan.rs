@@ -66,7 +66,10 @@ pub struct Command {
 
 impl Command {
     pub fn node_names<'s>(&self, snapshot: &'s ClusterSnapshot) -> Vec<&'s str> {
-        self.candidates.iter().map(|&i| snapshot.nodes[i].name.as_str()).collect()
+        self.candidates
+            .iter()
+            .map(|&i| snapshot.nodes[i].name.as_str())
+            .collect()
     }
 }
 
@@ -115,7 +118,12 @@ pub fn node_blocker(snapshot: &ClusterSnapshot, node: &NodeState) -> Option<Bloc
     if node.do_not_disrupt {
         return Some(Blocker::NodeDoNotDisrupt);
     }
-    if node.node_pool.as_deref().and_then(|p| snapshot.pool(p)).is_none() {
+    if node
+        .node_pool
+        .as_deref()
+        .and_then(|p| snapshot.pool(p))
+        .is_none()
+    {
         return Some(Blocker::UnknownNodePool);
     }
     None
@@ -128,7 +136,10 @@ pub fn blocker(snapshot: &ClusterSnapshot, node: &NodeState) -> Option<Blocker> 
     }
     for p in node.reschedulable_pods() {
         if p.do_not_disrupt {
-            return Some(Blocker::PodDoNotDisrupt(format!("{}/{}", p.namespace, p.name)));
+            return Some(Blocker::PodDoNotDisrupt(format!(
+                "{}/{}",
+                p.namespace, p.name
+            )));
         }
         if p.pdb_blocked {
             return Some(Blocker::PdbBlocked(format!("{}/{}", p.namespace, p.name)));
@@ -168,7 +179,9 @@ pub fn expired(snapshot: &ClusterSnapshot, node: &NodeState) -> bool {
 }
 
 fn all_spot(snapshot: &ClusterSnapshot, nodes: &[usize]) -> bool {
-    nodes.iter().all(|&i| snapshot.nodes[i].capacity_type == "spot")
+    nodes
+        .iter()
+        .all(|&i| snapshot.nodes[i].capacity_type == "spot")
 }
 
 fn price_of(snapshot: &ClusterSnapshot, nodes: &[usize]) -> u64 {
@@ -195,7 +208,10 @@ fn command(
             candidates: nodes,
             replacement: None,
         }),
-        Outcome::Replace { option, price_micros } => {
+        Outcome::Replace {
+            option,
+            price_micros,
+        } => {
             let o = sim.options[option].clone();
             let instance_types = sim.replacement_types(&nodes, max_price, allow_spot);
             Some(Command {
@@ -225,13 +241,14 @@ pub fn expiration(sim: &mut Simulator<'_>) -> Vec<Command> {
         if node_blocker(snapshot, node).is_some() || !expired(snapshot, node) {
             continue;
         }
-        let cmd = command(sim, Method::Expiration, Reason::Expired, vec![i], false).unwrap_or(Command {
-            method: Method::Expiration,
-            reason: Reason::Expired,
-            candidates: vec![i],
-            replacement: None,
-            savings_micros: node.price_micros as i64,
-        });
+        let cmd =
+            command(sim, Method::Expiration, Reason::Expired, vec![i], false).unwrap_or(Command {
+                method: Method::Expiration,
+                reason: Reason::Expired,
+                candidates: vec![i],
+                replacement: None,
+                savings_micros: node.price_micros as i64,
+            });
         out.push(cmd);
     }
     out
@@ -242,10 +259,13 @@ pub fn emptiness(sim: &mut Simulator<'_>, budgets: &mut BudgetTracker) -> Option
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
-        if !node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node) {
+        if !node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node)
+        {
             continue;
         }
-        let Some(pool) = node.node_pool.as_deref() else { continue };
+        let Some(pool) = node.node_pool.as_deref() else {
+            continue;
+        };
         if budgets.take(pool, Reason::Empty) {
             nodes.push(i);
         }
@@ -319,7 +339,9 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         if node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node) {
             continue;
         }
-        let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else { continue };
+        let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
+            continue;
+        };
         if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized
             || sim.needs_full_simulation(i)
         {
@@ -335,7 +357,10 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
             zone: node.zone.clone(),
             capacity_type: node.capacity_type.clone(),
             price_micros: node.price_micros,
-            cpu_utilisation_permille: permille(requested.get(Dim::CpuMillis), node.allocatable.get(Dim::CpuMillis)),
+            cpu_utilisation_permille: permille(
+                requested.get(Dim::CpuMillis),
+                node.allocatable.get(Dim::CpuMillis),
+            ),
             memory_utilisation_permille: permille(
                 requested.get(Dim::MemoryBytes),
                 node.allocatable.get(Dim::MemoryBytes),
@@ -359,11 +384,22 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         Ok(s) => (s, None),
         Err(e) => {
             tracing::warn!(error = %e, "consolidation scorer failed; using the native scorer");
-            (SavingsPerDisruption.score(&inputs).unwrap_or_default(), Some(e))
+            (
+                SavingsPerDisruption.score(&inputs).unwrap_or_default(),
+                Some(e),
+            )
         }
     };
-    let order = scorer::order(&scores).into_iter().map(|k| nodes[k]).collect();
-    Scored { order, inputs, nodes, scorer_error }
+    let order = scorer::order(&scores)
+        .into_iter()
+        .map(|k| nodes[k])
+        .collect();
+    Scored {
+        order,
+        inputs,
+        nodes,
+        scorer_error,
+    }
 }
 
 fn is_valid_consolidation(cmd: &Command) -> bool {
@@ -372,7 +408,11 @@ fn is_valid_consolidation(cmd: &Command) -> bool {
 
 /// Multi-node consolidation: the largest prefix of the scored order (within budgets, at most
 /// [`MULTI_NODE_CANDIDATE_CAP`]) that can be deleted or replaced by one cheaper node.
-pub fn multi_node(sim: &mut Simulator<'_>, scored: &Scored, budgets: &BudgetTracker) -> Option<Command> {
+pub fn multi_node(
+    sim: &mut Simulator<'_>,
+    scored: &Scored,
+    budgets: &BudgetTracker,
+) -> Option<Command> {
     let snapshot = sim.snapshot;
     let mut trial = budgets.clone();
     let prefix: Vec<usize> = scored
@@ -392,8 +432,14 @@ pub fn multi_node(sim: &mut Simulator<'_>, scored: &Scored, budgets: &BudgetTrac
     let mut best = None;
     while lo <= hi {
         let mid = (lo + hi) / 2;
-        match command(sim, Method::MultiNodeConsolidation, Reason::Underutilized, prefix[..mid].to_vec(), true)
-            .filter(is_valid_consolidation)
+        match command(
+            sim,
+            Method::MultiNodeConsolidation,
+            Reason::Underutilized,
+            prefix[..mid].to_vec(),
+            true,
+        )
+        .filter(is_valid_consolidation)
         {
             Some(cmd) => {
                 best = Some(cmd);
@@ -406,15 +452,25 @@ pub fn multi_node(sim: &mut Simulator<'_>, scored: &Scored, budgets: &BudgetTrac
 }
 
 /// Single-node consolidation: the best-scored candidate (within budget) with a valid action.
-pub fn single_node(sim: &mut Simulator<'_>, scored: &Scored, budgets: &BudgetTracker) -> Option<Command> {
+pub fn single_node(
+    sim: &mut Simulator<'_>,
+    scored: &Scored,
+    budgets: &BudgetTracker,
+) -> Option<Command> {
     let snapshot = sim.snapshot;
     for &i in &scored.order {
         let pool = snapshot.nodes[i].node_pool.as_deref().unwrap_or("");
         if budgets.remaining(pool, Reason::Underutilized) == 0 {
             continue;
         }
-        if let Some(cmd) = command(sim, Method::SingleNodeConsolidation, Reason::Underutilized, vec![i], true)
-            .filter(is_valid_consolidation)
+        if let Some(cmd) = command(
+            sim,
+            Method::SingleNodeConsolidation,
+            Reason::Underutilized,
+            vec![i],
+            true,
+        )
+        .filter(is_valid_consolidation)
         {
             return Some(cmd);
         }
@@ -438,10 +494,18 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
     let forceful = expiration(&mut sim);
     let mut budgets = BudgetTracker::new(snapshot);
     if let Some(cmd) = emptiness(&mut sim, &mut budgets) {
-        return Plan { forceful, graceful: Some(cmd), scored: Scored::default() };
+        return Plan {
+            forceful,
+            graceful: Some(cmd),
+            scored: Scored::default(),
+        };
     }
     if let Some(cmd) = drift(&mut sim, &mut budgets) {
-        return Plan { forceful, graceful: Some(cmd), scored: Scored::default() };
+        return Plan {
+            forceful,
+            graceful: Some(cmd),
+            scored: Scored::default(),
+        };
     }
     let scored = score_candidates(&mut sim, scorer);
     // Upstream runs multi-node first and takes it; a multi-node set can save less than the best
@@ -453,7 +517,11 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         (Some(m), _) => Some(m),
         (None, s) => s,
     };
-    Plan { forceful, graceful, scored }
+    Plan {
+        forceful,
+        graceful,
+        scored,
+    }
 }
 
 /// Re-checks `cmd` (planned on an earlier snapshot) against `now`: the same nodes must still be

@@ -48,7 +48,11 @@ pub enum ScoreError {
     #[error("scorer {scorer} failed: {message}")]
     Failed { scorer: String, message: String },
     #[error("scorer {scorer} returned {got} scores for {want} candidates")]
-    WrongLength { scorer: String, got: usize, want: usize },
+    WrongLength {
+        scorer: String,
+        got: usize,
+        want: usize,
+    },
     #[error("scorer {scorer} returned a non-finite score at {index}")]
     NotFinite { scorer: String, index: usize },
 }
@@ -62,10 +66,17 @@ pub trait ConsolidationScorer: Send + Sync {
 /// Checks a scorer's answer: one finite score per candidate.
 pub fn validate(scorer: &str, scores: &[f64], want: usize) -> Result<(), ScoreError> {
     if scores.len() != want {
-        return Err(ScoreError::WrongLength { scorer: scorer.to_owned(), got: scores.len(), want });
+        return Err(ScoreError::WrongLength {
+            scorer: scorer.to_owned(),
+            got: scores.len(),
+            want,
+        });
     }
     if let Some(index) = scores.iter().position(|s| !s.is_finite()) {
-        return Err(ScoreError::NotFinite { scorer: scorer.to_owned(), index });
+        return Err(ScoreError::NotFinite {
+            scorer: scorer.to_owned(),
+            index,
+        });
     }
     Ok(())
 }
@@ -127,11 +138,11 @@ mod tests {
     #[test]
     fn native_prefers_savings_per_disruption() {
         let cs = vec![
-            cand(100, true, None, 1.0),         // 100 / 2 = 50
-            cand(300, true, None, 9.0),         // 300 / 10 = 30
-            cand(100, false, Some(20), 0.0),    // 80 / 1 = 80
-            cand(100, false, Some(150), 0.0),   // replacement dearer: 0
-            cand(100, false, None, 0.0),        // nowhere to go: 0
+            cand(100, true, None, 1.0),       // 100 / 2 = 50
+            cand(300, true, None, 9.0),       // 300 / 10 = 30
+            cand(100, false, Some(20), 0.0),  // 80 / 1 = 80
+            cand(100, false, Some(150), 0.0), // replacement dearer: 0
+            cand(100, false, None, 0.0),      // nowhere to go: 0
         ];
         let scores = SavingsPerDisruption.score(&cs).unwrap();
         assert_eq!(order(&scores), vec![2, 0, 1]);
@@ -140,7 +151,13 @@ mod tests {
     #[test]
     fn validation_rejects_bad_answers() {
         assert!(validate("s", &[1.0, 2.0], 2).is_ok());
-        assert!(matches!(validate("s", &[1.0], 2), Err(ScoreError::WrongLength { .. })));
-        assert!(matches!(validate("s", &[1.0, f64::NAN], 2), Err(ScoreError::NotFinite { index: 1, .. })));
+        assert!(matches!(
+            validate("s", &[1.0], 2),
+            Err(ScoreError::WrongLength { .. })
+        ));
+        assert!(matches!(
+            validate("s", &[1.0, f64::NAN], 2),
+            Err(ScoreError::NotFinite { index: 1, .. })
+        ));
     }
 }

@@ -93,11 +93,17 @@ fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, St
         "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
-        "Gt" => match (value.and_then(|v| int(v)), values.first().and_then(|x| int(x))) {
+        "Gt" => match (
+            value.and_then(|v| int(v)),
+            values.first().and_then(|x| int(x)),
+        ) {
             (Some(v), Some(x)) => v > x,
             _ => false,
         },
-        "Lt" => match (value.and_then(|v| int(v)), values.first().and_then(|x| int(x))) {
+        "Lt" => match (
+            value.and_then(|v| int(v)),
+            values.first().and_then(|x| int(x)),
+        ) {
             (Some(v), Some(x)) => v < x,
             _ => false,
         },
@@ -117,46 +123,68 @@ fn term_matches(t: &NodeSelectorTerm, labels: &BTreeMap<String, String>) -> bool
 }
 
 fn toleration_matches(tol: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = tol.effect.as_deref().filter(|e| !e.is_empty()) {
-        if effect != taint.effect {
-            return false;
-        }
+    if let Some(effect) = tol.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
     }
     let exists = tol.operator.as_deref() == Some("Exists");
     match tol.key.as_deref().filter(|k| !k.is_empty()) {
         None => exists,
         Some(key) => {
             key == taint.key
-                && (exists || tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+                && (exists
+                    || tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
         }
     }
 }
 
 /// Whether a pod of `class` may run on a node with these labels and taints.
 fn class_fits(class: &Class, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
-    if !class.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+    if !class
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+    {
         return false;
     }
-    if !class.affinity_terms.is_empty() && !class.affinity_terms.iter().any(|t| term_matches(t, labels)) {
+    if !class.affinity_terms.is_empty()
+        && !class.affinity_terms.iter().any(|t| term_matches(t, labels))
+    {
         return false;
     }
     taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .all(|t| class.tolerations.iter().any(|tol| toleration_matches(tol, t)))
+        .all(|t| {
+            class
+                .tolerations
+                .iter()
+                .any(|tol| toleration_matches(tol, t))
+        })
 }
 
 fn node_labels(n: &NodeState) -> BTreeMap<String, String> {
     let mut labels = n.labels.clone();
-    labels.entry(LABEL_INSTANCE_TYPE.to_owned()).or_insert_with(|| n.instance_type.clone());
+    labels
+        .entry(LABEL_INSTANCE_TYPE.to_owned())
+        .or_insert_with(|| n.instance_type.clone());
     if !n.zone.is_empty() {
-        labels.entry(LABEL_ZONE.to_owned()).or_insert_with(|| n.zone.clone());
+        labels
+            .entry(LABEL_ZONE.to_owned())
+            .or_insert_with(|| n.zone.clone());
     }
-    labels.entry(LABEL_CAPACITY_TYPE.to_owned()).or_insert_with(|| n.capacity_type.clone());
+    labels
+        .entry(LABEL_CAPACITY_TYPE.to_owned())
+        .or_insert_with(|| n.capacity_type.clone());
     if let Some(pool) = &n.node_pool {
-        labels.entry(LABEL_NODEPOOL.to_owned()).or_insert_with(|| pool.clone());
+        labels
+            .entry(LABEL_NODEPOOL.to_owned())
+            .or_insert_with(|| pool.clone());
     }
-    labels.entry("kubernetes.io/hostname".to_owned()).or_insert_with(|| n.name.clone());
+    labels
+        .entry("kubernetes.io/hostname".to_owned())
+        .or_insert_with(|| n.name.clone());
     labels
 }
 
@@ -176,13 +204,18 @@ fn pool_options(pi: usize, pool: &PoolState, snapshot: &ClusterSnapshot) -> Vec<
             // A custom single-valued requirement becomes a label of the node.
             for r in &pool.requirements {
                 let req = &r.requirement;
-                if req.operator == "In" && !labels.contains_key(&req.key) {
-                    if let Some(v) = req.values.as_ref().and_then(|v| v.first()) {
-                        labels.insert(req.key.clone(), v.clone());
-                    }
+                if req.operator == "In"
+                    && !labels.contains_key(&req.key)
+                    && let Some(v) = req.values.as_ref().and_then(|v| v.first())
+                {
+                    labels.insert(req.key.clone(), v.clone());
                 }
             }
-            if pool.requirements.iter().all(|r| requirement_matches(&r.requirement, &labels)) {
+            if pool
+                .requirements
+                .iter()
+                .all(|r| requirement_matches(&r.requirement, &labels))
+            {
                 out.push(LaunchOption {
                     pool: pi,
                     instance_type: ti,
@@ -198,11 +231,7 @@ fn pool_options(pi: usize, pool: &PoolState, snapshot: &ClusterSnapshot) -> Vec<
     out
 }
 
-fn class_of(
-    pod: &PodState,
-    index: &mut HashMap<String, u32>,
-    classes: &mut Vec<Class>,
-) -> u32 {
+fn class_of(pod: &PodState, index: &mut HashMap<String, u32>, classes: &mut Vec<Class>) -> u32 {
     let key = serde_json::to_string(&(&pod.node_selector, &pod.affinity_terms, &pod.tolerations))
         .unwrap_or_default();
     *index.entry(key).or_insert_with(|| {
@@ -217,8 +246,14 @@ fn class_of(
 
 fn bigger_first(a: &Mover, b: &Mover) -> std::cmp::Ordering {
     use crate::provisioning::resources::Dim;
-    (b.requests.get(Dim::CpuMillis), b.requests.get(Dim::MemoryBytes))
-        .cmp(&(a.requests.get(Dim::CpuMillis), a.requests.get(Dim::MemoryBytes)))
+    (
+        b.requests.get(Dim::CpuMillis),
+        b.requests.get(Dim::MemoryBytes),
+    )
+        .cmp(&(
+            a.requests.get(Dim::CpuMillis),
+            a.requests.get(Dim::MemoryBytes),
+        ))
 }
 
 impl<'a> Simulator<'a> {
@@ -231,7 +266,10 @@ impl<'a> Simulator<'a> {
         for node in &snapshot.nodes {
             let mut m: Vec<Mover> = node
                 .reschedulable_pods()
-                .map(|p| Mover { requests: p.requests, class: class_of(p, &mut index, &mut classes) })
+                .map(|p| Mover {
+                    requests: p.requests,
+                    class: class_of(p, &mut index, &mut classes),
+                })
                 .collect();
             m.sort_by(bigger_first);
             movers.push(m);
@@ -240,9 +278,13 @@ impl<'a> Simulator<'a> {
         let pending: Vec<Mover> = snapshot
             .pending_pods
             .iter()
-            .map(|p| Mover { requests: p.requests, class: class_of(p, &mut index, &mut classes) })
+            .map(|p| Mover {
+                requests: p.requests,
+                class: class_of(p, &mut index, &mut classes),
+            })
             .collect();
-        let labels: Vec<BTreeMap<String, String>> = snapshot.nodes.iter().map(node_labels).collect();
+        let labels: Vec<BTreeMap<String, String>> =
+            snapshot.nodes.iter().map(node_labels).collect();
         let compat: Vec<Vec<bool>> = classes
             .iter()
             .map(|c| {
@@ -332,7 +374,10 @@ impl<'a> Simulator<'a> {
     fn first_fit(&self, m: &Mover) -> Option<usize> {
         let compat = &self.compat[m.class as usize];
         (0..self.headroom.len()).find(|&i| {
-            self.destination[i] && !self.excluded[i] && compat[i] && m.requests.fits_in(&self.headroom[i])
+            self.destination[i]
+                && !self.excluded[i]
+                && compat[i]
+                && m.requests.fits_in(&self.headroom[i])
         })
     }
 
@@ -378,15 +423,21 @@ impl<'a> Simulator<'a> {
     /// remaining nodes; what is left must fit on one new node. With `max_price`, the new node must
     /// cost strictly less. `allow_spot` is false for spot candidates (spot-to-spot consolidation is
     /// off, as upstream's default).
-    pub fn simulate(&mut self, nodes: &[usize], max_price: Option<u64>, allow_spot: bool) -> Outcome {
+    pub fn simulate(
+        &mut self,
+        nodes: &[usize],
+        max_price: Option<u64>,
+        allow_spot: bool,
+    ) -> Outcome {
         let (left, overhead) = self.leftovers(nodes);
         if left.is_empty() {
             return Outcome::Delete;
         }
         match self.fitting_options(&left, overhead, allow_spot).next() {
-            Some((oi, price)) if max_price.is_none_or(|max| price < max) => {
-                Outcome::Replace { option: oi, price_micros: price }
-            }
+            Some((oi, price)) if max_price.is_none_or(|max| price < max) => Outcome::Replace {
+                option: oi,
+                price_micros: price,
+            },
             _ => Outcome::Infeasible,
         }
     }
@@ -402,14 +453,17 @@ impl<'a> Simulator<'a> {
         let fits = move |oi: usize, o: &LaunchOption| {
             (allow_spot || o.capacity_type != "spot")
                 && need.fits_in(&o.allocatable)
-                && pods.iter().all(|m| self.option_compat[m.class as usize][oi])
+                && pods
+                    .iter()
+                    .all(|m| self.option_compat[m.class as usize][oi])
         };
         // The scheduler takes the first pool by weight that can hold the pods.
-        let pool = self
-            .pool_order
-            .iter()
-            .copied()
-            .find(|&p| self.options.iter().enumerate().any(|(oi, o)| o.pool == p && fits(oi, o)));
+        let pool = self.pool_order.iter().copied().find(|&p| {
+            self.options
+                .iter()
+                .enumerate()
+                .any(|(oi, o)| o.pool == p && fits(oi, o))
+        });
         self.options
             .iter()
             .enumerate()
@@ -420,7 +474,12 @@ impl<'a> Simulator<'a> {
     /// Instance types a replacement for `nodes` may launch as: every type of the chosen pool that
     /// holds the pods left over and costs less than `max_price`, cheapest first (launch
     /// flexibility across types and zones).
-    pub fn replacement_types(&mut self, nodes: &[usize], max_price: Option<u64>, allow_spot: bool) -> Vec<String> {
+    pub fn replacement_types(
+        &mut self,
+        nodes: &[usize],
+        max_price: Option<u64>,
+        allow_spot: bool,
+    ) -> Vec<String> {
         let (left, overhead) = self.leftovers(nodes);
         let mut names: Vec<String> = Vec::new();
         for (oi, price) in self.fitting_options(&left, overhead, allow_spot) {
@@ -448,7 +507,12 @@ mod tests {
         let mut t = InstanceType::new(
             name,
             Resources::new(cpu, mem_gi * GI, 110),
-            vec![Offering { zone: "a".into(), capacity_type: "on-demand".into(), price_micros: price, available: true }],
+            vec![Offering {
+                zone: "a".into(),
+                capacity_type: "on-demand".into(),
+                price_micros: price,
+                available: true,
+            }],
         );
         t.overhead = Default::default();
         t
@@ -465,42 +529,80 @@ mod tests {
     }
 
     fn node(name: &str, cpu: u64, price: u64, pods: &[u64]) -> NodeState {
-        let mut n = NodeState::new(name, "default", "x", price, Resources::new(cpu, 64 * GI, 110), "2026-12-01T00:00:00Z".parse().unwrap());
+        let mut n = NodeState::new(
+            name,
+            "default",
+            "x",
+            price,
+            Resources::new(cpu, 64 * GI, 110),
+            "2026-12-01T00:00:00Z".parse().unwrap(),
+        );
         n.pods = pods
             .iter()
             .enumerate()
-            .map(|(i, &c)| PodState::new("default", &format!("{name}-{i}"), Resources::new(c, GI, 1)))
+            .map(|(i, &c)| {
+                PodState::new("default", &format!("{name}-{i}"), Resources::new(c, GI, 1))
+            })
             .collect();
         n
     }
 
     #[test]
     fn delete_when_pods_fit_on_remaining_nodes() {
-        let s = snapshot(vec![node("a", 4000, 400, &[1000, 1000]), node("b", 4000, 400, &[1000])]);
+        let s = snapshot(vec![
+            node("a", 4000, 400, &[1000, 1000]),
+            node("b", 4000, 400, &[1000]),
+        ]);
         let mut sim = Simulator::new(&s);
         assert_eq!(sim.simulate(&[1], Some(400), true), Outcome::Delete);
         // Both cannot go: nothing remains and one 3-cpu node is cheaper than two.
-        assert!(matches!(sim.simulate(&[0, 1], Some(800), true), Outcome::Replace { price_micros: 400, .. }));
+        assert!(matches!(
+            sim.simulate(&[0, 1], Some(800), true),
+            Outcome::Replace {
+                price_micros: 400,
+                ..
+            }
+        ));
         // Simulations do not leak into each other.
         assert_eq!(sim.simulate(&[1], Some(400), true), Outcome::Delete);
     }
 
     #[test]
     fn replace_only_when_cheaper() {
-        let s = snapshot(vec![node("a", 4000, 400, &[3500]), node("b", 4000, 400, &[1000])]);
+        let s = snapshot(vec![
+            node("a", 4000, 400, &[3500]),
+            node("b", 4000, 400, &[1000]),
+        ]);
         let mut sim = Simulator::new(&s);
         // b's pod fits on a (500m left)? No: 1000 > 500. A small node (2 cpu, 100) is cheaper.
-        assert!(matches!(sim.simulate(&[1], Some(400), true), Outcome::Replace { price_micros: 100, .. }));
+        assert!(matches!(
+            sim.simulate(&[1], Some(400), true),
+            Outcome::Replace {
+                price_micros: 100,
+                ..
+            }
+        ));
         // a's 3.5-cpu pod needs a large node, which costs the same: no saving.
         assert_eq!(sim.simulate(&[0], Some(400), true), Outcome::Infeasible);
         // Drift does not need a saving.
-        assert!(matches!(sim.simulate(&[0], None, true), Outcome::Replace { price_micros: 400, .. }));
+        assert!(matches!(
+            sim.simulate(&[0], None, true),
+            Outcome::Replace {
+                price_micros: 400,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn taints_selectors_and_unready_nodes_block_destinations() {
         let mut a = node("a", 4000, 400, &[]);
-        a.taints.push(Taint { key: "dedicated".into(), value: Some("gpu".into()), effect: "NoSchedule".into(), time_added: None });
+        a.taints.push(Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
         let mut b = node("b", 4000, 400, &[]);
         b.ready = false;
         let mut c = node("c", 4000, 400, &[500]);
@@ -515,7 +617,10 @@ mod tests {
         a.labels.insert("disk".into(), "ssd".into());
         let mut c = node("c", 4000, 400, &[500]);
         c.pods[0].node_selector.insert("disk".into(), "ssd".into());
-        c.pods[0].tolerations.push(Toleration { operator: Some("Exists".into()), ..Default::default() });
+        c.pods[0].tolerations.push(Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
         let s = snapshot(vec![a, c]);
         let mut sim = Simulator::new(&s);
         assert_eq!(sim.simulate(&[1], None, true), Outcome::Delete);
@@ -523,11 +628,18 @@ mod tests {
 
     #[test]
     fn pending_pods_take_room_first() {
-        let mut s = snapshot(vec![node("a", 4000, 400, &[]), node("b", 4000, 400, &[2000])]);
-        s.pending_pods.push(PodState::new("default", "p", Resources::new(3000, GI, 1)));
+        let mut s = snapshot(vec![
+            node("a", 4000, 400, &[]),
+            node("b", 4000, 400, &[2000]),
+        ]);
+        s.pending_pods
+            .push(PodState::new("default", "p", Resources::new(3000, GI, 1)));
         let mut sim = Simulator::new(&s);
         // a's room goes to the pending pod, so b's pod needs a new node.
-        assert!(matches!(sim.simulate(&[1], Some(400), true), Outcome::Replace { .. }));
+        assert!(matches!(
+            sim.simulate(&[1], Some(400), true),
+            Outcome::Replace { .. }
+        ));
     }
 
     #[test]
@@ -539,7 +651,13 @@ mod tests {
         let s = snapshot(vec![a]);
         let mut sim = Simulator::new(&s);
         // 1500m + 400m daemon = 1900m fits a small node (2000m).
-        assert!(matches!(sim.simulate(&[0], Some(400), true), Outcome::Replace { price_micros: 100, .. }));
+        assert!(matches!(
+            sim.simulate(&[0], Some(400), true),
+            Outcome::Replace {
+                price_micros: 100,
+                ..
+            }
+        ));
         let names = sim.replacement_types(&[0], Some(400), true);
         assert_eq!(names, vec!["small".to_string()]);
     }

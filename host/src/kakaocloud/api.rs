@@ -776,14 +776,21 @@ pub fn parse_kubeconfig(yaml: &str) -> Result<KubeconfigCluster, String> {
     use base64::Engine as _;
     let doc: KubeconfigDoc =
         serde_yaml::from_str(yaml).map_err(|e| format!("kubeconfig is not valid YAML: {e}"))?;
-    let first = doc.clusters.into_iter().next().ok_or("kubeconfig has no clusters")?;
+    let first = doc
+        .clusters
+        .into_iter()
+        .next()
+        .ok_or("kubeconfig has no clusters")?;
     let ca_pem = match first.cluster.certificate_authority_data {
         Some(b64) => base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
             .map_err(|_| "certificate-authority-data is not base64".to_string())?,
         None => Vec::new(),
     };
-    Ok(KubeconfigCluster { server: first.cluster.server, ca_pem })
+    Ok(KubeconfigCluster {
+        server: first.cluster.server,
+        ca_pem,
+    })
 }
 
 /// A minimal kubeconfig for `cluster` (what the simulator serves). The user
@@ -818,7 +825,10 @@ mod tests {
         assert_eq!(s, InstanceStatus::Active);
         let s: InstanceStatus = serde_json::from_str("\"BUILD\"").unwrap();
         assert_eq!(s, InstanceStatus::Building);
-        assert_eq!(serde_json::to_string(&InstanceStatus::Building).unwrap(), "\"BUILD\"");
+        assert_eq!(
+            serde_json::to_string(&InstanceStatus::Building).unwrap(),
+            "\"BUILD\""
+        );
     }
 
     #[test]

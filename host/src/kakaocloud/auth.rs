@@ -54,7 +54,11 @@ impl TokenCache {
 
     /// Project the current token is scoped to, if known.
     pub async fn project_id(&self) -> Option<String> {
-        self.slot.lock().await.as_ref().and_then(|t| t.project_id.clone())
+        self.slot
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|t| t.project_id.clone())
     }
 }
 
@@ -86,20 +90,25 @@ pub(crate) fn token_lifetime(body: &TokenResponse) -> Result<Duration, Error> {
 }
 
 fn parse_time(raw: &str) -> Result<jiff::Timestamp, Error> {
-    raw.parse::<jiff::Timestamp>()
-        .map_err(|e| Error::Decode { message: format!("token timestamp {raw:?}: {e}") })
+    raw.parse::<jiff::Timestamp>().map_err(|e| Error::Decode {
+        message: format!("token timestamp {raw:?}: {e}"),
+    })
 }
 
 /// Reads the token header of a successful issuance.
 pub(crate) fn subject_token(headers: &reqwest::header::HeaderMap) -> Result<String, Error> {
     let value = headers
         .get(api::SUBJECT_TOKEN_HEADER)
-        .ok_or_else(|| Error::Decode { message: "token response without X-Subject-Token".into() })?;
-    let token = value
-        .to_str()
-        .map_err(|_| Error::Decode { message: "X-Subject-Token is not ASCII".into() })?;
+        .ok_or_else(|| Error::Decode {
+            message: "token response without X-Subject-Token".into(),
+        })?;
+    let token = value.to_str().map_err(|_| Error::Decode {
+        message: "X-Subject-Token is not ASCII".into(),
+    })?;
     if token.is_empty() {
-        return Err(Error::Decode { message: "empty X-Subject-Token".into() });
+        return Err(Error::Decode {
+            message: "empty X-Subject-Token".into(),
+        });
     }
     Ok(token.to_string())
 }
@@ -112,7 +121,11 @@ mod tests {
     fn refresh_is_early_but_bounded_by_lifetime() {
         let now = Instant::now();
         // 12 h token (KakaoCloud's default): refresh 5 min early.
-        let at = refresh_at(now, Duration::from_secs(12 * 3600), Duration::from_secs(300));
+        let at = refresh_at(
+            now,
+            Duration::from_secs(12 * 3600),
+            Duration::from_secs(300),
+        );
         assert_eq!(at - now, Duration::from_secs(12 * 3600 - 300));
         // 8 s token: a 5 min margin would refresh every call; a quarter is used.
         let at = refresh_at(now, Duration::from_secs(8), Duration::from_secs(300));
@@ -125,7 +138,10 @@ mod tests {
             r#"{"token":{"expires_at":"2026-01-01T12:00:00Z","issued_at":"2026-01-01T00:00:00Z"}}"#,
         )
         .unwrap();
-        assert_eq!(token_lifetime(&body).unwrap(), Duration::from_secs(12 * 3600));
+        assert_eq!(
+            token_lifetime(&body).unwrap(),
+            Duration::from_secs(12 * 3600)
+        );
         let bad: TokenResponse = serde_json::from_str(
             r#"{"token":{"expires_at":"2026-01-01T00:00:00Z","issued_at":"2026-01-01T12:00:00Z"}}"#,
         )

@@ -41,7 +41,11 @@ pub struct SecurityGroups<'a> {
 
 impl SecurityGroups<'_> {
     pub async fn list(&self) -> Result<Vec<SecurityGroup>, Error> {
-        let call = Call::get(Service::Network, api::paths::SECURITY_GROUPS, "security groups");
+        let call = Call::get(
+            Service::Network,
+            api::paths::SECURITY_GROUPS,
+            "security groups",
+        );
         self.transport.list_all::<SecurityGroupList>(call).await
     }
 }

@@ -130,7 +130,11 @@ impl Config {
         }
         let raw = service.default_endpoint(&self.region);
         Url::parse(&raw).map_err(|e| Error::Config {
-            message: format!("endpoint of {} for region {:?}: {e}", service.as_str(), self.region),
+            message: format!(
+                "endpoint of {} for region {:?}: {e}",
+                service.as_str(),
+                self.region
+            ),
         })
     }
 }
@@ -150,10 +154,14 @@ impl Credentials {
         let id = id.into();
         let secret = secret.into();
         if id.trim().is_empty() {
-            return Err(Error::Config { message: "applicationCredentialId is empty".into() });
+            return Err(Error::Config {
+                message: "applicationCredentialId is empty".into(),
+            });
         }
         if secret.trim().is_empty() {
-            return Err(Error::Config { message: "applicationCredentialSecret is empty".into() });
+            return Err(Error::Config {
+                message: "applicationCredentialSecret is empty".into(),
+            });
         }
         Ok(Credentials { id, secret })
     }
@@ -183,8 +191,10 @@ mod tests {
     #[test]
     fn default_endpoints_follow_the_install_guide() {
         let c = Config::default();
-        let got: Vec<String> =
-            Service::ALL.iter().map(|s| c.endpoint(*s).unwrap().to_string()).collect();
+        let got: Vec<String> = Service::ALL
+            .iter()
+            .map(|s| c.endpoint(*s).unwrap().to_string())
+            .collect();
         assert_eq!(
             got,
             [
@@ -201,7 +211,10 @@ mod tests {
 
     #[test]
     fn override_keys_parse() {
-        assert_eq!(Service::parse("kubernetes_engine"), Some(Service::KubernetesEngine));
+        assert_eq!(
+            Service::parse("kubernetes_engine"),
+            Some(Service::KubernetesEngine)
+        );
         assert_eq!(Service::parse("BCS"), Some(Service::Bcs));
         assert_eq!(Service::parse("ec2"), None);
     }

@@ -40,7 +40,10 @@ pub enum Error {
 impl Error {
     /// Worth retrying the same request (for an idempotent call).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Throttled { .. } | Error::Server { .. } | Error::Transport { .. })
+        matches!(
+            self,
+            Error::Throttled { .. } | Error::Server { .. } | Error::Transport { .. }
+        )
     }
 
     /// The request may have taken effect although it failed (so a create must
@@ -51,6 +54,9 @@ impl Error {
 
     /// Capacity or quota: try another offering rather than the same one.
     pub fn is_capacity(&self) -> bool {
-        matches!(self, Error::InsufficientCapacity { .. } | Error::QuotaExceeded { .. })
+        matches!(
+            self,
+            Error::InsufficientCapacity { .. } | Error::QuotaExceeded { .. }
+        )
     }
 }

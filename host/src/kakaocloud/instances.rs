@@ -73,9 +73,13 @@ impl Instances<'_> {
             tracing::info!(name = %spec.name, id = %existing.id, "instance already exists");
             return Ok(existing);
         }
-        let call = Call::get(Service::Bcs, api::paths::INSTANCES, format!("create {}", spec.name))
-            .with_method(Method::POST)
-            .with_body(&create_body(spec))?;
+        let call = Call::get(
+            Service::Bcs,
+            api::paths::INSTANCES,
+            format!("create {}", spec.name),
+        )
+        .with_method(Method::POST)
+        .with_body(&create_body(spec))?;
         let policy = self.transport.retry_policy().clone();
         let mut attempt = 0;
         loop {
@@ -133,7 +137,10 @@ impl Instances<'_> {
     /// The instance named exactly `name`, if any. The server's name filter is a
     /// substring match, so the result is filtered again here.
     pub async fn find_by_name(&self, name: &str) -> Result<Option<Instance>, Error> {
-        let filter = InstanceFilter { name: Some(name.to_string()), ..InstanceFilter::default() };
+        let filter = InstanceFilter {
+            name: Some(name.to_string()),
+            ..InstanceFilter::default()
+        };
         let mut found: Vec<Instance> = self
             .list(&filter)
             .await?
@@ -147,7 +154,11 @@ impl Instances<'_> {
     }
 
     pub async fn get(&self, id: &str) -> Result<Instance, Error> {
-        let call = Call::get(Service::Bcs, api::paths::instance(id), format!("instance {id}"));
+        let call = Call::get(
+            Service::Bcs,
+            api::paths::instance(id),
+            format!("instance {id}"),
+        );
         let reply = self.transport.idempotent(&call).await?;
         Ok(reply.json::<InstanceResponse>()?.instance)
     }
@@ -164,19 +175,30 @@ impl Instances<'_> {
             });
         }
         let body = UpdateInstanceBody {
-            instance: UpdateInstance { name: None, description: Some(description.to_string()) },
+            instance: UpdateInstance {
+                name: None,
+                description: Some(description.to_string()),
+            },
         };
-        let call = Call::get(Service::Bcs, api::paths::instance(id), format!("instance {id}"))
-            .with_method(Method::PUT)
-            .with_body(&body)?;
+        let call = Call::get(
+            Service::Bcs,
+            api::paths::instance(id),
+            format!("instance {id}"),
+        )
+        .with_method(Method::PUT)
+        .with_body(&body)?;
         let reply = self.transport.idempotent(&call).await?;
         Ok(reply.json::<InstanceResponse>()?.instance)
     }
 
     /// Deletes by ID without any ownership check; prefer [`Self::delete_owned`].
     pub async fn delete(&self, id: &str) -> Result<DeleteOutcome, Error> {
-        let call = Call::get(Service::Bcs, api::paths::instance(id), format!("instance {id}"))
-            .with_method(Method::DELETE);
+        let call = Call::get(
+            Service::Bcs,
+            api::paths::instance(id),
+            format!("instance {id}"),
+        )
+        .with_method(Method::DELETE);
         match self.transport.idempotent(&call).await {
             Ok(_) => {
                 tracing::info!(id, "instance deleted");
@@ -197,7 +219,9 @@ impl Instances<'_> {
     ) -> Result<(DeleteOutcome, Owner), DeleteOwnedError> {
         let instance = match self.get(id).await {
             Ok(instance) => instance,
-            Err(Error::NotFound { what }) => return Err(DeleteOwnedError::Api(Error::NotFound { what })),
+            Err(Error::NotFound { what }) => {
+                return Err(DeleteOwnedError::Api(Error::NotFound { what }));
+            }
             Err(err) => return Err(DeleteOwnedError::Api(err)),
         };
         let description = instance.description.as_deref().unwrap_or("");
@@ -227,7 +251,9 @@ fn create_body(spec: &LaunchSpec) -> CreateInstanceBody {
             image_id: spec.image_id.clone(),
             flavor_id: spec.flavor_id.clone(),
             availability_zone: spec.availability_zone.clone(),
-            subnets: vec![CreateInstanceSubnet { id: spec.subnet_id.clone() }],
+            subnets: vec![CreateInstanceSubnet {
+                id: spec.subnet_id.clone(),
+            }],
             volumes: vec![CreateInstanceVolume {
                 size: spec.root_volume_gib,
                 is_delete_on_termination: Some(spec.delete_root_volume_on_termination),

@@ -34,8 +34,9 @@ impl KubernetesEngine<'_> {
             format!("kubeconfig of {name}"),
         );
         let reply = self.transport.idempotent(&call).await?;
-        String::from_utf8(reply.body)
-            .map_err(|_| Error::Decode { message: "kubeconfig is not UTF-8".into() })
+        String::from_utf8(reply.body).map_err(|_| Error::Decode {
+            message: "kubeconfig is not UTF-8".into(),
+        })
     }
 
     /// API server URL and CA of the cluster, from its kubeconfig.
@@ -46,7 +47,11 @@ impl KubernetesEngine<'_> {
 
     /// Kubernetes versions Kubernetes Engine currently offers.
     pub async fn supported_versions(&self) -> Result<Vec<KubernetesVersion>, Error> {
-        let call = Call::get(Service::KubernetesEngine, api::paths::KE_VERSIONS, "versions");
+        let call = Call::get(
+            Service::KubernetesEngine,
+            api::paths::KE_VERSIONS,
+            "versions",
+        );
         let reply = self.transport.idempotent(&call).await?;
         Ok(reply.json::<VersionList>()?.versions)
     }

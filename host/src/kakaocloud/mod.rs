@@ -50,13 +50,17 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("region", &self.transport.config.region).finish()
+        f.debug_struct("Client")
+            .field("region", &self.transport.config.region)
+            .finish()
     }
 }
 
 impl Client {
     pub fn new(config: Config, credentials: Credentials) -> Result<Self, Error> {
-        Ok(Client { transport: Arc::new(transport::Transport::new(config, credentials)?) })
+        Ok(Client {
+            transport: Arc::new(transport::Transport::new(config, credentials)?),
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -75,30 +79,44 @@ impl Client {
     }
 
     pub fn instances(&self) -> Instances<'_> {
-        Instances { transport: &self.transport }
+        Instances {
+            transport: &self.transport,
+        }
     }
 
     pub fn flavors(&self) -> Flavors<'_> {
-        Flavors { transport: &self.transport }
+        Flavors {
+            transport: &self.transport,
+        }
     }
 
     pub fn subnets(&self) -> Subnets<'_> {
-        Subnets { transport: &self.transport }
+        Subnets {
+            transport: &self.transport,
+        }
     }
 
     pub fn security_groups(&self) -> SecurityGroups<'_> {
-        SecurityGroups { transport: &self.transport }
+        SecurityGroups {
+            transport: &self.transport,
+        }
     }
 
     pub fn key_pairs(&self) -> KeyPairs<'_> {
-        KeyPairs { transport: &self.transport }
+        KeyPairs {
+            transport: &self.transport,
+        }
     }
 
     pub fn images(&self) -> Images<'_> {
-        Images { transport: &self.transport }
+        Images {
+            transport: &self.transport,
+        }
     }
 
     pub fn kubernetes_engine(&self) -> KubernetesEngine<'_> {
-        KubernetesEngine { transport: &self.transport }
+        KubernetesEngine {
+            transport: &self.transport,
+        }
     }
 }

@@ -39,15 +39,25 @@ pub fn instance_name(cluster: &str, nodeclaim: &str) -> String {
 pub fn is_valid_instance_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     (INSTANCE_NAME_MIN..=INSTANCE_NAME_MAX).contains(&bytes.len())
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
         && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && !["--", "__", "-_", "_-"].iter().any(|bad| name.contains(bad))
+        && !["--", "__", "-_", "_-"]
+            .iter()
+            .any(|bad| name.contains(bad))
 }
 
 fn sanitize(part: &str) -> String {
     part.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect()
 }
 
@@ -68,7 +78,10 @@ mod tests {
 
     #[test]
     fn simple_names_stay_readable() {
-        assert_eq!(instance_name("prod", "default-abc12"), "kk-prod-default-abc12");
+        assert_eq!(
+            instance_name("prod", "default-abc12"),
+            "kk-prod-default-abc12"
+        );
     }
 
     #[test]
@@ -80,7 +93,10 @@ mod tests {
         let long = instance_name("cluster-with-a-long-name", &"n".repeat(200));
         assert_eq!(long.len(), INSTANCE_NAME_MAX);
         assert!(is_valid_instance_name(&long), "{long}");
-        assert_eq!(long, instance_name("cluster-with-a-long-name", &"n".repeat(200)));
+        assert_eq!(
+            long,
+            instance_name("cluster-with-a-long-name", &"n".repeat(200))
+        );
         let weird = instance_name("--", "..--..");
         assert!(is_valid_instance_name(&weird), "{weird}");
     }

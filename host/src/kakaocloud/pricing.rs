@@ -33,7 +33,10 @@ pub const HOURLY_KRW: &[(&str, u64)] = &[
 
 /// Hourly on-demand price of `flavor`, if the table knows it.
 pub fn hourly_price_krw(flavor: &str) -> Option<u64> {
-    HOURLY_KRW.iter().find(|(name, _)| *name == flavor).map(|(_, price)| *price)
+    HOURLY_KRW
+        .iter()
+        .find(|(name, _)| *name == flavor)
+        .map(|(_, price)| *price)
 }
 
 #[cfg(test)]

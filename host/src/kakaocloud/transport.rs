@@ -59,8 +59,9 @@ impl Call {
     }
 
     pub fn with_body<T: serde::Serialize>(mut self, body: &T) -> Result<Self, Error> {
-        let value = serde_json::to_value(body)
-            .map_err(|e| Error::InvalidInput { message: format!("encode request: {e}") })?;
+        let value = serde_json::to_value(body).map_err(|e| Error::InvalidInput {
+            message: format!("encode request: {e}"),
+        })?;
         self.body = Some(Arc::new(value));
         Ok(self)
     }
@@ -73,8 +74,9 @@ pub(crate) struct Reply {
 
 impl Reply {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        serde_json::from_slice(&self.body)
-            .map_err(|e| Error::Decode { message: format!("response body: {e}") })
+        serde_json::from_slice(&self.body).map_err(|e| Error::Decode {
+            message: format!("response body: {e}"),
+        })
     }
 }
 
@@ -88,10 +90,21 @@ impl Transport {
         let http = reqwest::Client::builder()
             .timeout(config.retry.request_timeout)
             .connect_timeout(config.retry.request_timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("karpenter-provider-kakaocloud/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!(
+                "karpenter-provider-kakaocloud/",
+                env!("CARGO_PKG_VERSION")
+            ))
             .build()
-            .map_err(|e| Error::Config { message: format!("HTTP client: {e}") })?;
-        Ok(Transport { config, endpoints, http, credentials, tokens: TokenCache::default() })
+            .map_err(|e| Error::Config {
+                message: format!("HTTP client: {e}"),
+            })?;
+        Ok(Transport {
+            config,
+            endpoints,
+            http,
+            credentials,
+            tokens: TokenCache::default(),
+        })
     }
 
     pub fn retry_policy(&self) -> &RetryPolicy {
@@ -109,7 +122,9 @@ impl Transport {
         })?;
         // Keep any path prefix of the endpoint (overrides may carry one).
         let joined = format!("{}{}", base.as_str().trim_end_matches('/'), path);
-        Url::parse(&joined).map_err(|e| Error::Config { message: format!("URL {joined:?}: {e}") })
+        Url::parse(&joined).map_err(|e| Error::Config {
+            message: format!("URL {joined:?}: {e}"),
+        })
     }
 
     /// A valid token, issuing one if needed (single-flight).
@@ -140,12 +155,18 @@ impl Transport {
                     return Err(classify(status, &headers, &bytes, "token"));
                 }
                 let value = auth::subject_token(&headers)?;
-                let parsed: api::TokenResponse = serde_json::from_slice(&bytes)
-                    .map_err(|e| Error::Decode { message: format!("token body: {e}") })?;
+                let parsed: api::TokenResponse =
+                    serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+                        message: format!("token body: {e}"),
+                    })?;
                 let lifetime = auth::token_lifetime(&parsed)?;
                 Ok(CachedToken {
                     value,
-                    refresh_at: auth::refresh_at(started, lifetime, self.config.token_refresh_margin),
+                    refresh_at: auth::refresh_at(
+                        started,
+                        lifetime,
+                        self.config.token_refresh_margin,
+                    ),
                     project_id: parsed.token.project.map(|p| p.id),
                 })
             }
@@ -174,7 +195,10 @@ impl Transport {
         let token = self.token().await?;
         match self.send_with(call, &token).await {
             Err(Error::Unauthorized { .. }) => {
-                tracing::info!(service = call.service.as_str(), "token rejected, refreshing");
+                tracing::info!(
+                    service = call.service.as_str(),
+                    "token rejected, refreshing"
+                );
                 self.tokens.reject(&token).await;
                 let token = self.token().await?;
                 self.send_with(call, &token).await
@@ -205,7 +229,9 @@ impl Transport {
             "KakaoCloud call"
         );
         if status.is_success() {
-            Ok(Reply { body: body.to_vec() })
+            Ok(Reply {
+                body: body.to_vec(),
+            })
         } else {
             Err(classify(status, &headers, &body, &call.what))
         }
@@ -264,7 +290,9 @@ impl Transport {
                 return Ok(items);
             }
         }
-        Err(Error::Decode { message: format!("{}: pagination did not end", call.path) })
+        Err(Error::Decode {
+            message: format!("{}: pagination did not end", call.path),
+        })
     }
 }
 
@@ -279,13 +307,18 @@ fn transport_error(err: reqwest::Error) -> Error {
         "request"
     };
     // reqwest's message names the URL, never headers or bodies.
-    Error::Transport { message: format!("{kind}: {}", err.without_url()) }
+    Error::Transport {
+        message: format!("{kind}: {}", err.without_url()),
+    }
 }
 
 /// Delay before the next attempt: the server's `Retry-After` when it gave
 /// one, else exponential backoff with full jitter.
 pub(crate) fn backoff(policy: &RetryPolicy, attempt: u32, err: &Error) -> Duration {
-    if let Error::Throttled { retry_after: Some(after) } = err {
+    if let Error::Throttled {
+        retry_after: Some(after),
+    } = err
+    {
         return (*after).min(policy.max_delay);
     }
     let exp = policy.base_delay.saturating_mul(1u32 << attempt.min(16));
@@ -320,9 +353,13 @@ pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &[u8], wha
     let quota = lower.contains("quota");
     let capacity = lower.contains("capacity") || lower.contains("no valid host");
     match status.as_u16() {
-        429 => Error::Throttled { retry_after: retry_after(headers) },
+        429 => Error::Throttled {
+            retry_after: retry_after(headers),
+        },
         401 => Error::Unauthorized { message },
-        404 => Error::NotFound { what: what.to_string() },
+        404 => Error::NotFound {
+            what: what.to_string(),
+        },
         _ if quota => Error::QuotaExceeded { message },
         _ if capacity => Error::InsufficientCapacity { message },
         400 | 422 => Error::InvalidInput { message },
@@ -357,20 +394,37 @@ mod tests {
     fn classifies_error_responses() {
         let h = HeaderMap::new();
         assert!(matches!(
-            classify(StatusCode::FORBIDDEN, &h, &body("QuotaExceeded", "instances"), "x"),
+            classify(
+                StatusCode::FORBIDDEN,
+                &h,
+                &body("QuotaExceeded", "instances"),
+                "x"
+            ),
             Error::QuotaExceeded { .. }
         ));
         assert!(matches!(
-            classify(StatusCode::CONFLICT, &h, &body("InsufficientCapacity", "m2a"), "x"),
+            classify(
+                StatusCode::CONFLICT,
+                &h,
+                &body("InsufficientCapacity", "m2a"),
+                "x"
+            ),
             Error::InsufficientCapacity { .. }
         ));
         assert!(matches!(
-            classify(StatusCode::BAD_REQUEST, &h, &body("InvalidInput", "name"), "x"),
+            classify(
+                StatusCode::BAD_REQUEST,
+                &h,
+                &body("InvalidInput", "name"),
+                "x"
+            ),
             Error::InvalidInput { .. }
         ));
         assert_eq!(
             classify(StatusCode::NOT_FOUND, &h, b"", "instance i-1"),
-            Error::NotFound { what: "instance i-1".into() }
+            Error::NotFound {
+                what: "instance i-1".into()
+            }
         );
         assert!(matches!(
             classify(StatusCode::BAD_GATEWAY, &h, b"<html>", "x"),
@@ -383,7 +437,12 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, "3".parse().unwrap());
         let err = classify(StatusCode::TOO_MANY_REQUESTS, &h, b"", "x");
-        assert_eq!(err, Error::Throttled { retry_after: Some(Duration::from_secs(3)) });
+        assert_eq!(
+            err,
+            Error::Throttled {
+                retry_after: Some(Duration::from_secs(3))
+            }
+        );
         let policy = RetryPolicy::default();
         assert_eq!(backoff(&policy, 1, &err), Duration::from_secs(3));
     }
@@ -395,7 +454,10 @@ mod tests {
             max_delay: Duration::from_millis(1000),
             ..RetryPolicy::default()
         };
-        let err = Error::Server { status: 503, message: String::new() };
+        let err = Error::Server {
+            status: 503,
+            message: String::new(),
+        };
         for attempt in 1..20 {
             let d = backoff(&policy, attempt, &err);
             assert!(d <= Duration::from_millis(1000), "attempt {attempt}: {d:?}");

@@ -46,9 +46,16 @@ impl BootstrapToken {
     }
 
     /// The `bootstrap.kubernetes.io/token` Secret for this token, expiring `ttl` from `now`.
-    pub fn secret(&self, nodeclaim: &str, now: k8s_openapi::jiff::Timestamp, ttl: Duration) -> Secret {
+    pub fn secret(
+        &self,
+        nodeclaim: &str,
+        now: k8s_openapi::jiff::Timestamp,
+        ttl: Duration,
+    ) -> Secret {
         let expiration = now
-            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(ttl.as_secs() as i64))
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                ttl.as_secs() as i64
+            ))
             .unwrap_or(now);
         let data: BTreeMap<String, String> = [
             ("token-id", self.id.clone()),
@@ -60,7 +67,10 @@ impl BootstrapToken {
                 "auth-extra-groups",
                 "system:bootstrappers:kubeadm:default-node-token".into(),
             ),
-            ("description", format!("karpenter-kakaocloud join token for {nodeclaim}")),
+            (
+                "description",
+                format!("karpenter-kakaocloud join token for {nodeclaim}"),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -88,8 +98,11 @@ pub enum CaError {
     Der(&'static str),
 }
 
-/// One DER element at the start of `buf`: (tag, content, rest).
-fn der(buf: &[u8]) -> Result<(u8, &[u8], &[u8], &[u8]), CaError> {
+/// A DER element: (tag, content, the whole element, rest of the buffer).
+type DerElement<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+/// One DER element at the start of `buf`.
+fn der(buf: &[u8]) -> Result<DerElement<'_>, CaError> {
     let (&tag, rest) = buf.split_first().ok_or(CaError::Der("truncated"))?;
     let (&first, mut rest) = rest.split_first().ok_or(CaError::Der("truncated"))?;
     let len = if first & 0x80 == 0 {
@@ -153,9 +166,17 @@ mod tests {
         let t = BootstrapToken::generate();
         assert_eq!(t.id.len(), 6);
         assert_eq!(t.secret.len(), 16);
-        assert!(t.token().chars().all(|c| c == '.' || c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(
+            t.token()
+                .chars()
+                .all(|c| c == '.' || c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
         assert!(!format!("{t:?}").contains(&t.secret));
-        let s = t.secret("default-abcde", k8s_openapi::jiff::Timestamp::UNIX_EPOCH, Duration::from_secs(3600));
+        let s = t.secret(
+            "default-abcde",
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            Duration::from_secs(3600),
+        );
         assert_eq!(s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
         assert_eq!(s.metadata.name, Some(format!("bootstrap-token-{}", t.id)));
         let data = s.string_data.unwrap();
@@ -184,6 +205,8 @@ mod tests {
         let expect = format!("sha256:{}", hex::encode(Sha256::digest(spki)));
         assert_eq!(ca_cert_hash(&pem).unwrap(), expect);
         assert_eq!(ca_cert_hash("nothing"), Err(CaError::NoCertificate));
-        assert!(ca_cert_hash("-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----").is_err());
+        assert!(
+            ca_cert_hash("-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----").is_err()
+        );
     }
 }

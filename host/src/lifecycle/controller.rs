@@ -94,8 +94,15 @@ fn since(t: &Time) -> Duration {
     Duration::from_secs(d.as_secs().max(0) as u64)
 }
 
-fn condition<'a>(nc: &'a NodeClaim, type_: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    nc.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+fn condition<'a>(
+    nc: &'a NodeClaim,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    nc.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// Values a NodeClaim requirement allows for `key`, in order (`None`: unconstrained).
@@ -156,7 +163,13 @@ impl Lifecycle {
         if nc.metadata.deletion_timestamp.is_some() {
             return self.finalize(nc).await;
         }
-        if !is_true(nc.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]), LAUNCHED) {
+        if !is_true(
+            nc.status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or(&[]),
+            LAUNCHED,
+        ) {
             return self.launch(nc).await;
         }
         let Some(pid) = nc.status.as_ref().and_then(|s| s.provider_id.clone()) else {
@@ -167,7 +180,9 @@ impl Lifecycle {
             .nodes
             .state()
             .into_iter()
-            .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str()))
+            .filter(|n| {
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str())
+            })
             .collect::<Vec<_>>();
         match node.as_slice() {
             [] => self.await_registration(nc, &pid).await,
@@ -194,7 +209,11 @@ impl Lifecycle {
         desired: &[DesiredCondition],
         extra: Option<serde_json::Value>,
     ) -> Result<(), LifecycleError> {
-        let mut conditions = nc.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+        let mut conditions = nc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
         let t = now();
         let mut changed = false;
         for d in desired {
@@ -249,14 +268,24 @@ impl Lifecycle {
         if let Some(created) = nc.metadata.creation_timestamp.as_ref()
             && since(created) > self.settings.launch_timeout
         {
-            self.event(nc, EventType::Warning, "LaunchTimeout", "not launched in time".into()).await;
+            self.event(
+                nc,
+                EventType::Warning,
+                "LaunchTimeout",
+                "not launched in time".into(),
+            )
+            .await;
             return self.delete_claim(nc, "launch_timeout").await;
         }
         let class = match self.nodeclass(nc) {
             Ok(c) => c,
             Err(msg) => {
-                self.set_conditions(nc, &[DesiredCondition::falsy(LAUNCHED, "NodeClassNotReady", msg)], None)
-                    .await?;
+                self.set_conditions(
+                    nc,
+                    &[DesiredCondition::falsy(LAUNCHED, "NodeClassNotReady", msg)],
+                    None,
+                )
+                .await?;
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
         };
@@ -264,7 +293,11 @@ impl Lifecycle {
         let Some(image) = status.image.clone() else {
             self.set_conditions(
                 nc,
-                &[DesiredCondition::falsy(LAUNCHED, "NodeClassNotReady", "KCNodeClass has no resolved image")],
+                &[DesiredCondition::falsy(
+                    LAUNCHED,
+                    "NodeClassNotReady",
+                    "KCNodeClass has no resolved image",
+                )],
                 None,
             )
             .await?;
@@ -273,7 +306,11 @@ impl Lifecycle {
         if status.subnets.is_empty() {
             self.set_conditions(
                 nc,
-                &[DesiredCondition::falsy(LAUNCHED, "NodeClassNotReady", "KCNodeClass has no resolved subnets")],
+                &[DesiredCondition::falsy(
+                    LAUNCHED,
+                    "NodeClassNotReady",
+                    "KCNodeClass has no resolved subnets",
+                )],
                 None,
             )
             .await?;
@@ -284,7 +321,11 @@ impl Lifecycle {
         // Restart safety: an instance of this name is this claim's.
         let started = Instant::now();
         let existing = self.cloud.instances().find_by_name(&instance_name).await;
-        self.metrics.observe_cloud("Get", started.elapsed().as_secs_f64(), existing.as_ref().err().map(|_| "List"));
+        self.metrics.observe_cloud(
+            "Get",
+            started.elapsed().as_secs_f64(),
+            existing.as_ref().err().map(|_| "List"),
+        );
         if let Some(instance) = existing? {
             tracing::info!(NodeClaim = %name, instance = %instance.id, "found instance launched earlier");
             return self.launched(nc, &instance, &catalog, &image.id).await;
@@ -310,7 +351,15 @@ impl Lifecycle {
                 else {
                     continue;
                 };
-                let user_data = self.userdata(nc, it, &offering.zone, &instance_name, &image.kubernetes_version).await?;
+                let user_data = self
+                    .userdata(
+                        nc,
+                        it,
+                        &offering.zone,
+                        &instance_name,
+                        &image.kubernetes_version,
+                    )
+                    .await?;
                 let spec = LaunchSpec {
                     name: instance_name.clone(),
                     flavor_id: it.label(LABEL_FLAVOR_ID).unwrap_or(&it.name).to_owned(),
@@ -330,8 +379,15 @@ impl Lifecycle {
                 };
                 let started = Instant::now();
                 let created = self.cloud.instances().create(&spec).await;
-                let err_kind = created.as_ref().err().map(|e| if e.is_capacity() { "InsufficientCapacity" } else { "CreateError" });
-                self.metrics.observe_cloud("Create", started.elapsed().as_secs_f64(), err_kind);
+                let err_kind = created.as_ref().err().map(|e| {
+                    if e.is_capacity() {
+                        "InsufficientCapacity"
+                    } else {
+                        "CreateError"
+                    }
+                });
+                self.metrics
+                    .observe_cloud("Create", started.elapsed().as_secs_f64(), err_kind);
                 match created {
                     Ok(instance) => {
                         tracing::info!(NodeClaim = %name, instance = %instance.id,
@@ -341,7 +397,9 @@ impl Lifecycle {
                     Err(err) if err.is_capacity() => {
                         tracing::info!(NodeClaim = %name, instance_type = %it.name, zone = %offering.zone,
                             error = %err, "offering has no capacity; trying the next");
-                        self.catalog.unavailable.mark(&it.name, &offering.zone, CAPACITY_TYPE);
+                        self.catalog
+                            .unavailable
+                            .mark(&it.name, &offering.zone, CAPACITY_TYPE);
                         tried.push(format!("{}/{}", it.name, offering.zone));
                     }
                     Err(err) => {
@@ -366,12 +424,22 @@ impl Lifecycle {
             nc,
             EventType::Warning,
             "InsufficientCapacityError",
-            format!("NodeClaim {name} could not launch: no capacity in {}", if tried.is_empty() { "any offering".into() } else { tried.join(", ") }),
+            format!(
+                "NodeClaim {name} could not launch: no capacity in {}",
+                if tried.is_empty() {
+                    "any offering".into()
+                } else {
+                    tried.join(", ")
+                }
+            ),
         )
         .await;
         self.metrics
             .nodeclaims_disrupted
-            .get_or_create(&NodePoolReason { nodepool: Self::pool(nc), reason: "insufficient_capacity".into() })
+            .get_or_create(&NodePoolReason {
+                nodepool: Self::pool(nc),
+                reason: "insufficient_capacity".into(),
+            })
             .inc();
         self.delete_claim(nc, "insufficient_capacity").await
     }
@@ -388,14 +456,25 @@ impl Lifecycle {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.client.clone(), "kube-system");
         secrets
-            .create(&PostParams::default(), &token.secret(&nc.name_any(), Timestamp::now(), self.settings.bootstrap_token_ttl))
+            .create(
+                &PostParams::default(),
+                &token.secret(
+                    &nc.name_any(),
+                    Timestamp::now(),
+                    self.settings.bootstrap_token_ttl,
+                ),
+            )
             .await?;
         let input = UserdataInput {
             api_endpoint: self.join.api_endpoint.clone(),
             ca_pem: self.join.ca_pem.clone(),
             ca_hash: self.join.ca_hash.clone(),
             bootstrap_token: token.token(),
-            kubernetes_version: self.settings.kubernetes_version.clone().unwrap_or_else(|| version.to_owned()),
+            kubernetes_version: self
+                .settings
+                .kubernetes_version
+                .clone()
+                .unwrap_or_else(|| version.to_owned()),
             node_name: node_name.to_owned(),
             labels: self.node_labels(nc, it, zone),
             taints: nc.spec.taints.iter().map(Taint::from).collect(),
@@ -407,7 +486,12 @@ impl Lifecycle {
     }
 
     /// The labels a node of `it` in `zone` for `nc` carries.
-    fn node_labels(&self, nc: &NodeClaim, it: &InstanceType, zone: &str) -> BTreeMap<String, String> {
+    fn node_labels(
+        &self,
+        nc: &NodeClaim,
+        it: &InstanceType,
+        zone: &str,
+    ) -> BTreeMap<String, String> {
         let mut labels: BTreeMap<String, String> = it
             .labels
             .iter()
@@ -433,14 +517,23 @@ impl Lifecycle {
     ) -> Result<Action, LifecycleError> {
         let name = nc.name_any();
         // Ownership tag first: an untagged instance could never be deleted safely.
-        let tagged = instance
-            .description
-            .as_deref()
-            .is_some_and(|d| self.keyring.current().verify_description(d, &self.settings.cluster_name, &instance.id).is_ok());
+        let tagged = instance.description.as_deref().is_some_and(|d| {
+            self.keyring
+                .current()
+                .verify_description(d, &self.settings.cluster_name, &instance.id)
+                .is_ok()
+        });
         if !tagged {
-            let tag = self.keyring.current().sign(&self.settings.cluster_name, &name, &instance.id)?;
-            let description = ownership::compose_description(instance.description.as_deref().unwrap_or(""), &tag);
-            self.cloud.instances().update_description(&instance.id, &description).await?;
+            let tag =
+                self.keyring
+                    .current()
+                    .sign(&self.settings.cluster_name, &name, &instance.id)?;
+            let description =
+                ownership::compose_description(instance.description.as_deref().unwrap_or(""), &tag);
+            self.cloud
+                .instances()
+                .update_description(&instance.id, &description)
+                .await?;
         }
         let flavor = instance
             .flavor
@@ -466,9 +559,17 @@ impl Lifecycle {
         let mut labels = self.node_labels(nc, it, &zone);
         labels.remove(LABEL_NODECLAIM);
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": { "labels": labels } })))
-            .await?;
-        let image = instance.image.as_ref().map(|i| i.id.clone()).unwrap_or_else(|| image_id.to_owned());
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": labels } })),
+        )
+        .await?;
+        let image = instance
+            .image
+            .as_ref()
+            .map(|i| i.id.clone())
+            .unwrap_or_else(|| image_id.to_owned());
         self.set_conditions(
             nc,
             &[
@@ -491,16 +592,32 @@ impl Lifecycle {
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 
-    async fn await_registration(&self, nc: &NodeClaim, pid: &str) -> Result<Action, LifecycleError> {
+    async fn await_registration(
+        &self,
+        nc: &NodeClaim,
+        pid: &str,
+    ) -> Result<Action, LifecycleError> {
         // An instance that failed will never register.
         if let Some((_, id)) = parse_provider_id(pid) {
             match self.cloud.instances().get(id).await {
                 Ok(instance) if instance.status == Some(InstanceStatus::Error) => {
-                    self.event(nc, EventType::Warning, "InstanceFailed", format!("instance {id} is in ERROR")).await;
+                    self.event(
+                        nc,
+                        EventType::Warning,
+                        "InstanceFailed",
+                        format!("instance {id} is in ERROR"),
+                    )
+                    .await;
                     return self.delete_claim(nc, "instance_error").await;
                 }
                 Err(kakaocloud::Error::NotFound { .. }) => {
-                    self.event(nc, EventType::Warning, "InstanceNotFound", format!("instance {id} is gone")).await;
+                    self.event(
+                        nc,
+                        EventType::Warning,
+                        "InstanceNotFound",
+                        format!("instance {id} is gone"),
+                    )
+                    .await;
                     return self.delete_claim(nc, "garbage_collected").await;
                 }
                 _ => {}
@@ -514,7 +631,10 @@ impl Lifecycle {
                 nc,
                 EventType::Warning,
                 "RegistrationTimeout",
-                format!("no Node registered within {:?}", self.settings.registration_ttl),
+                format!(
+                    "no Node registered within {:?}",
+                    self.settings.registration_ttl
+                ),
             )
             .await;
             return self.delete_claim(nc, "registration_timeout").await;
@@ -525,17 +645,34 @@ impl Lifecycle {
     async fn registered(&self, nc: &NodeClaim, node: &Node) -> Result<Action, LifecycleError> {
         let node_name = node.name_any();
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        let mut taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
         let labels = node.labels();
         let first_sync = labels.get(LABEL_REGISTERED).is_none_or(|v| v != "true");
         if first_sync {
             if !taints.iter().any(|t| t.key == TAINT_UNREGISTERED) {
-                self.event(nc, EventType::Warning, "UnregisteredTaintMissing",
-                    format!("node {node_name} registered without the {TAINT_UNREGISTERED} taint")).await;
+                self.event(
+                    nc,
+                    EventType::Warning,
+                    "UnregisteredTaintMissing",
+                    format!("node {node_name} registered without the {TAINT_UNREGISTERED} taint"),
+                )
+                .await;
             }
-            let sync_taints = labels.get("karpenter.sh/do-not-sync-taints").is_none_or(|v| v != "true");
+            let sync_taints = labels
+                .get("karpenter.sh/do-not-sync-taints")
+                .is_none_or(|v| v != "true");
             if sync_taints {
-                for t in nc.spec.taints.iter().chain(nc.spec.startup_taints.iter()).map(Taint::from) {
+                for t in nc
+                    .spec
+                    .taints
+                    .iter()
+                    .chain(nc.spec.startup_taints.iter())
+                    .map(Taint::from)
+                {
                     if !taints.iter().any(|x| taint_eq(x, &t)) {
                         taints.push(t);
                     }
@@ -573,7 +710,10 @@ impl Lifecycle {
             tracing::info!(NodeClaim = %nc.name_any(), Node = %node_name, "registered nodeclaim");
             self.metrics
                 .nodes_created
-                .get_or_create(&NodePoolReason { nodepool: Self::pool(nc), reason: "provisioned".into() })
+                .get_or_create(&NodePoolReason {
+                    nodepool: Self::pool(nc),
+                    reason: "provisioned".into(),
+                })
                 .inc();
         }
         let registered_cond = DesiredCondition::truthy(REGISTERED, "Registered", "");
@@ -605,13 +745,19 @@ impl Lifecycle {
                 .patch(
                     &node_name,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({ "metadata": { "labels": { LABEL_INITIALIZED: "true" } } })),
+                    &Patch::Merge(
+                        json!({ "metadata": { "labels": { LABEL_INITIALIZED: "true" } } }),
+                    ),
                 )
                 .await?;
             tracing::info!(NodeClaim = %nc.name_any(), Node = %node_name, "initialized nodeclaim");
         }
-        self.set_conditions(nc, &[registered_cond, init_cond], Some(json!({ "nodeName": node_name })))
-            .await?;
+        self.set_conditions(
+            nc,
+            &[registered_cond, init_cond],
+            Some(json!({ "nodeName": node_name })),
+        )
+        .await?;
         Ok(if initialized {
             Action::requeue(Duration::from_secs(300))
         } else {
@@ -629,7 +775,10 @@ impl Lifecycle {
         tracing::info!(NodeClaim = %nc.name_any(), reason, "deleting nodeclaim");
         self.metrics
             .nodeclaims_disrupted
-            .get_or_create(&NodePoolReason { nodepool: Self::pool(nc), reason: reason.into() })
+            .get_or_create(&NodePoolReason {
+                nodepool: Self::pool(nc),
+                reason: reason.into(),
+            })
             .inc();
         Ok(Action::requeue(Duration::from_secs(1)))
     }
@@ -639,37 +788,68 @@ impl Lifecycle {
         if !nc.finalizers().iter().any(|f| f == FINALIZER) {
             return Ok(Action::await_change());
         }
-        let registered = nc.status.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        let registered = nc
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some();
         if registered {
             // Drain and instance deletion of a registered node: the termination controller's job.
             return Ok(Action::await_change());
         }
         let instance_name = naming::instance_name(&self.settings.cluster_name, &nc.name_any());
-        let id = match nc.status.as_ref().and_then(|s| s.provider_id.as_deref()).and_then(parse_provider_id) {
+        let id = match nc
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(parse_provider_id)
+        {
             Some((_, id)) => Some(id.to_owned()),
-            None => self.cloud.instances().find_by_name(&instance_name).await?.map(|i| i.id),
+            None => self
+                .cloud
+                .instances()
+                .find_by_name(&instance_name)
+                .await?
+                .map(|i| i.id),
         };
         if let Some(id) = id {
             let keyring = self.keyring.current();
-            match self.cloud.instances().delete_owned(&id, &keyring, &self.settings.cluster_name).await {
-                Ok(_) | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {}
+            match self
+                .cloud
+                .instances()
+                .delete_owned(&id, &keyring, &self.settings.cluster_name)
+                .await
+            {
+                Ok(_)
+                | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {}
                 Err(kakaocloud::DeleteOwnedError::NotOwned(e)) => {
                     // Launched but untagged (killed before the tag was written): the deterministic
                     // name proves it is this claim's, so delete by ID.
                     let found = self.cloud.instances().get(&id).await.ok();
-                    if found.as_ref().and_then(|i| i.name.as_deref()) == Some(instance_name.as_str())
-                        && found.as_ref().and_then(|i| i.description.as_deref()).is_none_or(|d| ownership::tags_in(d).next().is_none())
+                    if found.as_ref().and_then(|i| i.name.as_deref())
+                        == Some(instance_name.as_str())
+                        && found
+                            .as_ref()
+                            .and_then(|i| i.description.as_deref())
+                            .is_none_or(|d| ownership::tags_in(d).next().is_none())
                     {
                         self.cloud.instances().delete(&id).await?;
                     } else {
-                        return Err(LifecycleError::NotReady(format!("instance {id} is not ours: {e}")));
+                        return Err(LifecycleError::NotReady(format!(
+                            "instance {id} is not ours: {e}"
+                        )));
                     }
                 }
                 Err(kakaocloud::DeleteOwnedError::Api(e)) => return Err(e.into()),
             }
             tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
         }
-        let finalizers: Vec<String> = nc.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+        let finalizers: Vec<String> = nc
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         api.patch(
             &nc.name_any(),
@@ -680,7 +860,10 @@ impl Lifecycle {
         tracing::info!(NodeClaim = %nc.name_any(), "deleted nodeclaim");
         self.metrics
             .nodeclaims_terminated
-            .get_or_create(&NodePoolReason { nodepool: Self::pool(nc), reason: "deleted".into() })
+            .get_or_create(&NodePoolReason {
+                nodepool: Self::pool(nc),
+                reason: "deleted".into(),
+            })
             .inc();
         Ok(Action::await_change())
     }

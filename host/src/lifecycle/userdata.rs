@@ -116,8 +116,14 @@ impl UserdataRenderer for KubeadmRenderer {
         join.push_str("apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\n");
         join.push_str("discovery:\n  bootstrapToken:\n");
         join.push_str(&format!("    apiServerEndpoint: {}\n", yaml_str(endpoint)));
-        join.push_str(&format!("    token: {}\n", yaml_str(&input.bootstrap_token)));
-        join.push_str(&format!("    caCertHashes: [{}]\n", yaml_str(&input.ca_hash)));
+        join.push_str(&format!(
+            "    token: {}\n",
+            yaml_str(&input.bootstrap_token)
+        ));
+        join.push_str(&format!(
+            "    caCertHashes: [{}]\n",
+            yaml_str(&input.ca_hash)
+        ));
         join.push_str("nodeRegistration:\n");
         join.push_str(&format!("  name: {}\n", yaml_str(&input.node_name)));
         join.push_str("  taints:\n");
@@ -134,13 +140,19 @@ impl UserdataRenderer for KubeadmRenderer {
             yaml_str(&node_labels)
         ));
         for (k, v) in &input.kubelet_args {
-            join.push_str(&format!("  - name: {}\n    value: {}\n", yaml_str(k), yaml_str(v)));
+            join.push_str(&format!(
+                "  - name: {}\n    value: {}\n",
+                yaml_str(k),
+                yaml_str(v)
+            ));
         }
         let mut out = String::from("#cloud-config\n");
         out.push_str("write_files:\n");
         out.push_str("- path: /etc/kubernetes/pki/ca.crt\n  permissions: '0644'\n  content: |\n");
         out.push_str(&indent(&input.ca_pem, 4));
-        out.push_str("- path: /etc/kubernetes/kubeadm-join.yaml\n  permissions: '0600'\n  content: |\n");
+        out.push_str(
+            "- path: /etc/kubernetes/kubeadm-join.yaml\n  permissions: '0600'\n  content: |\n",
+        );
         out.push_str(&indent(&join, 4));
         out.push_str("runcmd:\n");
         match input.cni.as_str() {
@@ -171,7 +183,8 @@ pub fn parse_registration(userdata: &str) -> Registration {
     let mut reg = Registration::default();
     // kubelet flags, if the renderer used them.
     for token in userdata.split_whitespace() {
-        let token = token.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == '[' || c == ']');
+        let token =
+            token.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == '[' || c == ']');
         if let Some(v) = token.strip_prefix("--node-labels=") {
             parse_labels(v, &mut reg.labels);
         } else if let Some(v) = token.strip_prefix("--register-with-taints=") {
@@ -194,7 +207,12 @@ pub fn parse_registration(userdata: &str) -> Registration {
         if let Some(name) = nr.get("name").and_then(|n| n.as_str()) {
             reg.node_name = Some(name.to_owned());
         }
-        for t in nr.get("taints").and_then(|t| t.as_sequence()).into_iter().flatten() {
+        for t in nr
+            .get("taints")
+            .and_then(|t| t.as_sequence())
+            .into_iter()
+            .flatten()
+        {
             let key = t.get("key").and_then(|k| k.as_str());
             let effect = t.get("effect").and_then(|k| k.as_str());
             if let (Some(key), Some(effect)) = (key, effect) {
@@ -314,7 +332,11 @@ mod tests {
         let keys: Vec<&str> = reg.taints.iter().map(|t| t.key.as_str()).collect();
         assert_eq!(
             keys,
-            ["karpenter.sh/unregistered", "dedicated", "node.cilium.io/agent-not-ready"]
+            [
+                "karpenter.sh/unregistered",
+                "dedicated",
+                "node.cilium.io/agent-not-ready"
+            ]
         );
         assert_eq!(reg.taints[1].value.as_deref(), Some("gpu"));
         assert_eq!(reg.taints[0].effect, "NoExecute");
@@ -346,7 +368,8 @@ mod tests {
     #[test]
     fn hostile_label_values_cannot_break_the_yaml() {
         let mut i = input();
-        i.labels.insert("evil".into(), "x\"\n  injected: true".into());
+        i.labels
+            .insert("evil".into(), "x\"\n  injected: true".into());
         let text = KubeadmRenderer.render(&i).unwrap();
         let reg = parse_registration(&text);
         assert_eq!(reg.node_name.as_deref(), Some("kk-demo-default-abcde"));

@@ -67,7 +67,11 @@ impl UnavailableOfferings {
     }
 
     pub fn mark(&self, instance_type: &str, zone: &str, capacity_type: &str) {
-        let key = (instance_type.to_owned(), zone.to_owned(), capacity_type.to_owned());
+        let key = (
+            instance_type.to_owned(),
+            zone.to_owned(),
+            capacity_type.to_owned(),
+        );
         self.lock().insert(key, Instant::now() + self.ttl);
     }
 
@@ -75,7 +79,11 @@ impl UnavailableOfferings {
         let now = Instant::now();
         let mut entries = self.lock();
         entries.retain(|_, until| *until > now);
-        entries.contains_key(&(instance_type.to_owned(), zone.to_owned(), capacity_type.to_owned()))
+        entries.contains_key(&(
+            instance_type.to_owned(),
+            zone.to_owned(),
+            capacity_type.to_owned(),
+        ))
     }
 }
 
@@ -141,7 +149,10 @@ pub fn instance_type(
         })
         .collect();
     let mut labels = vec![
-        (LABEL_ARCH.to_owned(), kube_arch(flavor.architecture.as_deref()).to_owned()),
+        (
+            LABEL_ARCH.to_owned(),
+            kube_arch(flavor.architecture.as_deref()).to_owned(),
+        ),
         (LABEL_OS.to_owned(), "linux".to_owned()),
         (LABEL_CPU.to_owned(), vcpus.to_string()),
         (LABEL_MEMORY.to_owned(), (memory / MI).to_string()),
@@ -151,9 +162,15 @@ pub fn instance_type(
         Some((f, s)) => (f.to_owned(), s.to_owned()),
         None => (name.clone(), String::new()),
     };
-    labels.push((LABEL_FAMILY.to_owned(), flavor.instance_family.clone().unwrap_or(family)));
+    labels.push((
+        LABEL_FAMILY.to_owned(),
+        flavor.instance_family.clone().unwrap_or(family),
+    ));
     if !size.is_empty() {
-        labels.push((LABEL_SIZE.to_owned(), flavor.instance_size.clone().unwrap_or(size)));
+        labels.push((
+            LABEL_SIZE.to_owned(),
+            flavor.instance_size.clone().unwrap_or(size),
+        ));
     }
     if gpus > 0 {
         labels.push((LABEL_GPU_COUNT.to_owned(), gpus.to_string()));
@@ -179,7 +196,11 @@ pub fn build(
 ) -> Vec<InstanceType> {
     let mut out: Vec<InstanceType> = flavors
         .iter()
-        .filter(|f| f.instance_type.as_deref().is_none_or(|t| t.eq_ignore_ascii_case("vm")))
+        .filter(|f| {
+            f.instance_type
+                .as_deref()
+                .is_none_or(|t| t.eq_ignore_ascii_case("vm"))
+        })
         .filter_map(|f| instance_type(f, options, unavailable))
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -190,7 +211,13 @@ pub fn build(
 fn sanitize_label_value(raw: &str) -> String {
     let mut v: String = raw
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(63)
         .collect();
     while v.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
@@ -267,9 +294,12 @@ mod tests {
             is_burstable: None,
             processor: None,
             availability_zone: vec!["kr-central-2-a".into(), "kr-central-2-b".into()],
-            available: [("kr-central-2-a".to_owned(), 5), ("kr-central-2-b".to_owned(), 0)]
-                .into_iter()
-                .collect(),
+            available: [
+                ("kr-central-2-a".to_owned(), 5),
+                ("kr-central-2-b".to_owned(), 0),
+            ]
+            .into_iter()
+            .collect(),
             root_gb: None,
             hw_count: None,
             hw_type: None,
@@ -285,7 +315,11 @@ mod tests {
         gpu.hw_name = Some("NVIDIA T4".into());
         let mut bm = flavor("bm.huge", 64, 256);
         bm.instance_type = Some("bm".into());
-        let cat = build(&[flavor("m2a.xlarge", 4, 16), gpu, bm], &CatalogOptions::default(), None);
+        let cat = build(
+            &[flavor("m2a.xlarge", 4, 16), gpu, bm],
+            &CatalogOptions::default(),
+            None,
+        );
         assert_eq!(cat.len(), 2);
         let gpu = &cat[0];
         assert_eq!(gpu.name, "gn1i.xlarge");
@@ -308,7 +342,11 @@ mod tests {
     fn unavailable_cache_marks_offerings_until_ttl() {
         let cache = UnavailableOfferings::new(Duration::from_secs(60));
         cache.mark("m2a.xlarge", "kr-central-2-a", CAPACITY_TYPE);
-        let cat = build(&[flavor("m2a.xlarge", 4, 16)], &CatalogOptions::default(), Some(&cache));
+        let cat = build(
+            &[flavor("m2a.xlarge", 4, 16)],
+            &CatalogOptions::default(),
+            Some(&cache),
+        );
         assert!(!cat[0].offerings[0].available);
         assert!(!cache.is_unavailable("m2a.xlarge", "kr-central-2-b", CAPACITY_TYPE));
         let short = UnavailableOfferings::new(Duration::ZERO);

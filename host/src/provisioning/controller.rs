@@ -52,7 +52,9 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         .as_deref()
         .is_none_or(str::is_empty);
     let unschedulable = status.conditions.iter().flatten().any(|c| {
-        c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
     });
     let owned_by_daemon_or_node = pod
         .metadata
@@ -66,7 +68,9 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 /// Whether a NodePool is ours (its NodeClass is a KCNodeClass) and usable now.
 pub fn is_managed_pool(np: &NodePool) -> bool {
     let r = &np.spec.template.spec.node_class_ref;
-    r.group == NODECLASS_GROUP && r.kind == NODECLASS_KIND && np.metadata.deletion_timestamp.is_none()
+    r.group == NODECLASS_GROUP
+        && r.kind == NODECLASS_KIND
+        && np.metadata.deletion_timestamp.is_none()
 }
 
 /// Waits for one batch: blocks for the first trigger, then ends after `idle` without another one
@@ -166,11 +170,19 @@ impl Provisioner {
         if nc.metadata.deletion_timestamp.is_some() {
             return false;
         }
-        let conditions = nc.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
-        match conditions.iter().find(|c| c.type_ == "Initialized" && c.status == "True") {
+        let conditions = nc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[]);
+        match conditions
+            .iter()
+            .find(|c| c.type_ == "Initialized" && c.status == "True")
+        {
             None => true,
             Some(c) => {
-                let since = k8s_openapi::jiff::Timestamp::now().duration_since(c.last_transition_time.0);
+                let since =
+                    k8s_openapi::jiff::Timestamp::now().duration_since(c.last_transition_time.0);
                 since.as_secs() < NOMINATION_WINDOW.as_secs() as i64
             }
         }
@@ -194,9 +206,7 @@ impl Provisioner {
             .filter(|p| !self.covered(p, &claims))
             .map(|p| (**p).clone())
             .collect();
-        pods.sort_by(|a, b| {
-            (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any()))
-        });
+        pods.sort_by_key(|a| (a.namespace(), a.name_any()));
         pods
     }
 
@@ -212,8 +222,12 @@ impl Provisioner {
             }
             match self.provision_once().await {
                 Ok(outcome) if outcome.pods > 0 => {
-                    tracing::info!(pods = outcome.pods, created = outcome.created.len(),
-                        unschedulable = outcome.unschedulable, "provisioning pass")
+                    tracing::info!(
+                        pods = outcome.pods,
+                        created = outcome.created.len(),
+                        unschedulable = outcome.unschedulable,
+                        "provisioning pass"
+                    )
                 }
                 Ok(_) => {}
                 Err(err) => tracing::warn!(error = %err, "provisioning pass failed"),
@@ -248,7 +262,10 @@ impl Provisioner {
         let ctl = ControllerLabel {
             controller: "provisioner".into(),
         };
-        self.metrics.queue_depth.get_or_create(&ctl).set(pods.len() as i64);
+        self.metrics
+            .queue_depth
+            .get_or_create(&ctl)
+            .set(pods.len() as i64);
         self.metrics
             .pods_state
             .get_or_create(&PodState {
@@ -274,7 +291,9 @@ impl Provisioner {
                     self.state.nodeclasses.state().iter().any(|c| {
                         &c.name_any() == name
                             && c.status.as_ref().is_none_or(|s| {
-                                s.conditions.iter().all(|c| c.type_ != "Ready" || c.status != "False")
+                                s.conditions
+                                    .iter()
+                                    .all(|c| c.type_ != "Ready" || c.status != "False")
                             })
                     })
                 })
@@ -322,7 +341,11 @@ impl Provisioner {
         let mut existing: Vec<ExistingNode> = Vec::new();
         for node in &nodes {
             if node.metadata.deletion_timestamp.is_some()
-                || node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+                || node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
             {
                 continue;
             }
@@ -341,7 +364,11 @@ impl Provisioner {
             existing.push(translate::existing_node(node, pods, &startup));
         }
         for nc in &claims {
-            let registered = nc.status.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let registered = nc
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
             if nc.metadata.deletion_timestamp.is_none() && !registered {
                 existing.push(translate::inflight_node(nc, &catalog));
             }
@@ -489,7 +516,8 @@ impl Provisioner {
 
     /// Forgets nominations older than `max_age` (their claims are long gone or initialized).
     pub fn prune_nominations(&self, max_age: Duration) {
-        self.nominations().retain(|_, (_, at)| at.elapsed() < max_age);
+        self.nominations()
+            .retain(|_, (_, at)| at.elapsed() < max_age);
     }
 }
 
@@ -553,7 +581,12 @@ mod tests {
         let started = tokio::time::Instant::now();
         let n = wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await;
         assert_eq!(n, 2);
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        // Paused time advances in whole timer ticks (1 ms).
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_millis(1010),
+            "{waited:?}"
+        );
 
         // A trigger every 500ms keeps the window open until max.
         let feeder = tokio::spawn(async move {
@@ -567,13 +600,20 @@ mod tests {
         let started = tokio::time::Instant::now();
         let n = wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await;
         assert!(n >= 20, "{n}");
-        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_010),
+            "{waited:?}"
+        );
         feeder.abort();
         let _ = feeder.await;
         // A closed channel ends the controller.
         let (tx, mut rx) = mpsc::channel::<()>(1);
         drop(tx);
-        assert_eq!(wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await, 0);
+        assert_eq!(
+            wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await,
+            0
+        );
     }
 
     #[test]

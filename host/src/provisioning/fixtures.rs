@@ -50,7 +50,10 @@ pub fn fake_instance_types(n: usize) -> Vec<InstanceType> {
                 kube_reserved: Resources::new(100, 10 << 20, 0),
                 ..Overhead::default()
             };
-            it.labels.push(("karpenter.kakaocloud.com/instance-cpu".into(), cpus.to_string()));
+            it.labels.push((
+                "karpenter.kakaocloud.com/instance-cpu".into(),
+                cpus.to_string(),
+            ));
             it
         })
         .collect()
@@ -122,7 +125,7 @@ pub fn pod(name: &str, cpu_m: u64, mem_mi: u64) -> Pod {
 /// The kind of the `i`-th of `count` diverse pods.
 pub fn kind_of(i: usize, count: usize) -> PodKind {
     let fifth = count / 5;
-    match if fifth == 0 { 0 } else { i / fifth } {
+    match i.checked_div(fifth).unwrap_or(0) {
         1 => PodKind::ZoneSpread,
         2 => PodKind::HostnameSpread,
         3 => PodKind::ZoneAffinity,
@@ -141,14 +144,24 @@ pub fn diverse_pods(count: usize, scheme: LabelScheme) -> Vec<Pod> {
     (0..count)
         .map(|i| {
             let kind = kind_of(i, count);
-            let mut p = pod(&format!("pod-{i}"), cpus[rng.random_range(0..5)], mems[rng.random_range(0..6)]);
+            let mut p = pod(
+                &format!("pod-{i}"),
+                cpus[rng.random_range(0..5)],
+                mems[rng.random_range(0..6)],
+            );
             let (label_key, sel_key) = match (scheme, kind) {
-                (LabelScheme::Upstream, PodKind::ZoneAffinity) => ("my-affininity", "my-affininity"),
+                (LabelScheme::Upstream, PodKind::ZoneAffinity) => {
+                    ("my-affininity", "my-affininity")
+                }
                 (LabelScheme::Upstream, _) => ("my-label", "my-label"),
                 (LabelScheme::SelfSelecting, PodKind::Plain) => ("plain", "plain"),
                 (LabelScheme::SelfSelecting, PodKind::ZoneSpread) => ("spread-zone", "spread-zone"),
-                (LabelScheme::SelfSelecting, PodKind::HostnameSpread) => ("spread-host", "spread-host"),
-                (LabelScheme::SelfSelecting, PodKind::ZoneAffinity) => ("affinity-zone", "affinity-zone"),
+                (LabelScheme::SelfSelecting, PodKind::HostnameSpread) => {
+                    ("spread-host", "spread-host")
+                }
+                (LabelScheme::SelfSelecting, PodKind::ZoneAffinity) => {
+                    ("affinity-zone", "affinity-zone")
+                }
                 (LabelScheme::SelfSelecting, PodKind::HostnameAntiAffinity) => ("app", "app"),
             };
             let label_value = pick(&mut rng, &LABEL_VALUES);
@@ -156,7 +169,8 @@ pub fn diverse_pods(count: usize, scheme: LabelScheme) -> Vec<Pod> {
                 LabelScheme::Upstream => pick(&mut rng, &LABEL_VALUES),
                 LabelScheme::SelfSelecting => label_value,
             };
-            let mut labels: BTreeMap<String, String> = [(label_key.to_owned(), label_value.to_owned())].into();
+            let mut labels: BTreeMap<String, String> =
+                [(label_key.to_owned(), label_value.to_owned())].into();
             let spec = p.spec.get_or_insert_with(Default::default);
             let spread = |key: &str| TopologySpreadConstraint {
                 max_skew: 1,
@@ -167,18 +181,22 @@ pub fn diverse_pods(count: usize, scheme: LabelScheme) -> Vec<Pod> {
             };
             match kind {
                 PodKind::Plain => {}
-                PodKind::ZoneSpread => spec.topology_spread_constraints = Some(vec![spread(LABEL_ZONE)]),
+                PodKind::ZoneSpread => {
+                    spec.topology_spread_constraints = Some(vec![spread(LABEL_ZONE)])
+                }
                 PodKind::HostnameSpread => {
                     spec.topology_spread_constraints = Some(vec![spread(LABEL_HOSTNAME)]);
                 }
                 PodKind::ZoneAffinity => {
                     spec.affinity = Some(Affinity {
                         pod_affinity: Some(PodAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
-                                label_selector: Some(selector(sel_key, selected)),
-                                topology_key: LABEL_ZONE.into(),
-                                ..Default::default()
-                            }]),
+                            required_during_scheduling_ignored_during_execution: Some(vec![
+                                PodAffinityTerm {
+                                    label_selector: Some(selector(sel_key, selected)),
+                                    topology_key: LABEL_ZONE.into(),
+                                    ..Default::default()
+                                },
+                            ]),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -189,11 +207,13 @@ pub fn diverse_pods(count: usize, scheme: LabelScheme) -> Vec<Pod> {
                     labels = [("app".to_owned(), "nginx".to_owned())].into();
                     spec.affinity = Some(Affinity {
                         pod_anti_affinity: Some(PodAntiAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
-                                label_selector: Some(selector("app", "nginx")),
-                                topology_key: LABEL_HOSTNAME.into(),
-                                ..Default::default()
-                            }]),
+                            required_during_scheduling_ignored_during_execution: Some(vec![
+                                PodAffinityTerm {
+                                    label_selector: Some(selector("app", "nginx")),
+                                    topology_key: LABEL_HOSTNAME.into(),
+                                    ..Default::default()
+                                },
+                            ]),
                             ..Default::default()
                         }),
                         ..Default::default()

@@ -112,7 +112,10 @@ mod tests {
         let o = it.overhead;
         // 60m + 10m + 2 x 5m for four cores.
         assert_eq!(o.kube_reserved.get(Dim::CpuMillis), 80);
-        assert_eq!(o.kube_reserved.get(Dim::MemoryBytes), (11 * 110 + 255) << 20);
+        assert_eq!(
+            o.kube_reserved.get(Dim::MemoryBytes),
+            (11 * 110 + 255) << 20
+        );
         assert_eq!(o.eviction_threshold.get(Dim::EphemeralBytes), 10 * gi);
         let alloc = it.allocatable();
         assert_eq!(alloc.get(Dim::CpuMillis), 3920);

@@ -178,10 +178,14 @@ pub fn running_pod_groups(syms: &mut Symbols, groups: &mut Groups, pod: &Pod) ->
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
     let mut out = Vec::new();
     for term in terms.into_iter().flatten() {
-        if let Ok(Some(g)) = affinity_group(syms, GroupKind::AntiAffinity, term, namespace, &labels) {
+        if let Ok(Some(g)) = affinity_group(syms, GroupKind::AntiAffinity, term, namespace, &labels)
+        {
             out.push(groups.register(g));
         }
     }
@@ -214,7 +218,10 @@ pub fn compile(
     let affinity = spec.affinity.as_ref();
     let node_aff = affinity.and_then(|a| a.node_affinity.as_ref());
     let mut terms: Vec<Requirements> = Vec::new();
-    if let Some(sel) = node_aff.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+    if let Some(sel) = node_aff.and_then(|n| {
+        n.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    }) {
         for t in &sel.node_selector_terms {
             terms.push(requirements::compile_term(syms, t)?);
         }
@@ -260,32 +267,63 @@ pub fn compile(
     let mut preferred_topology: Vec<(i32, Pref)> = Vec::new();
     let mut preferred_anti: Vec<(i32, Pref)> = Vec::new();
     if let Some(pa) = affinity.and_then(|a| a.pod_affinity.as_ref()) {
-        for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
+        for t in pa
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
             if let Some(g) = affinity_group(syms, GroupKind::Affinity, t, namespace, &labels)? {
                 required.push(g);
             }
         }
-        for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
-            if let Some(g) = affinity_group(syms, GroupKind::Affinity, &w.pod_affinity_term, namespace, &labels)? {
+        for w in pa
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            if let Some(g) = affinity_group(
+                syms,
+                GroupKind::Affinity,
+                &w.pod_affinity_term,
+                namespace,
+                &labels,
+            )? {
                 preferred_topology.push((w.weight, Pref::Topology(g)));
             }
         }
     }
     if let Some(pa) = affinity.and_then(|a| a.pod_anti_affinity.as_ref()) {
-        for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
+        for t in pa
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
             if let Some(g) = affinity_group(syms, GroupKind::AntiAffinity, t, namespace, &labels)? {
                 required.push(g);
             }
         }
-        for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
-            if let Some(g) = affinity_group(syms, GroupKind::AntiAffinity, &w.pod_affinity_term, namespace, &labels)? {
+        for w in pa
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            if let Some(g) = affinity_group(
+                syms,
+                GroupKind::AntiAffinity,
+                &w.pod_affinity_term,
+                namespace,
+                &labels,
+            )? {
                 preferred_anti.push((w.weight, Pref::Topology(g)));
             }
         }
     }
     let mut preferred_node: Vec<(i32, Requirements)> = Vec::new();
     for p in node_aff
-        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         .into_iter()
         .flatten()
     {
@@ -301,7 +339,11 @@ pub fn compile(
         preferred_node.sort_by_key(|(w, _)| -w);
         ordered.extend(preferred_topology.into_iter().map(|(_, p)| p));
         ordered.extend(preferred_anti.into_iter().map(|(_, p)| p));
-        ordered.extend(preferred_node.into_iter().map(|(_, r)| Pref::NodeAffinity(r)));
+        ordered.extend(
+            preferred_node
+                .into_iter()
+                .map(|(_, r)| Pref::NodeAffinity(r)),
+        );
     }
     // ScheduleAnyway spreads were collected first but relax last.
     let spreads = std::mem::take(&mut prefs);

@@ -130,20 +130,46 @@ mod tests {
         let cheap_off = offering(100);
         let dear_off = offering(400);
         let cands = vec![
-            Candidate { instance_type: &big, allocatable: big.allocatable(), offerings: vec![&dear_off] },
-            Candidate { instance_type: &small, allocatable: small.allocatable(), offerings: vec![&cheap_off] },
-            Candidate { instance_type: &same_price_bigger, allocatable: same_price_bigger.allocatable(), offerings: vec![&dear_off] },
+            Candidate {
+                instance_type: &big,
+                allocatable: big.allocatable(),
+                offerings: vec![&dear_off],
+            },
+            Candidate {
+                instance_type: &small,
+                allocatable: small.allocatable(),
+                offerings: vec![&cheap_off],
+            },
+            Candidate {
+                instance_type: &same_price_bigger,
+                allocatable: same_price_bigger.allocatable(),
+                offerings: vec![&dear_off],
+            },
         ];
-        let req = RankRequest { node_pool: "p", requests: Resources::new(1000, 1 << 30, 1), candidates: &cands };
+        let req = RankRequest {
+            node_pool: "p",
+            requests: Resources::new(1000, 1 << 30, 1),
+            candidates: &cands,
+        };
         assert_eq!(CheapestFitRanker.rank(&req).unwrap(), vec![1, 2, 0]);
-        let req = RankRequest { node_pool: "p", requests: Resources::new(4000, 1 << 30, 1), candidates: &cands };
+        let req = RankRequest {
+            node_pool: "p",
+            requests: Resources::new(4000, 1 << 30, 1),
+            candidates: &cands,
+        };
         assert_eq!(CheapestFitRanker.rank(&req).unwrap(), vec![2, 0]);
     }
 
     #[test]
     fn validation_catches_bad_answers() {
         assert!(validate("x", &[0, 2, 1], 3).is_ok());
-        assert!(matches!(validate("x", &[3], 3), Err(RankError::OutOfRange { .. })));
-        assert!(matches!(validate("x", &[1, 1], 3), Err(RankError::Duplicate { .. })));
+        assert!(matches!(
+            validate("x", &[3], 3),
+            Err(RankError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            validate("x", &[1, 1], 3),
+            Err(RankError::Duplicate { .. })
+        ));
     }
 }

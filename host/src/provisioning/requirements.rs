@@ -209,7 +209,8 @@ impl Requirement {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                let empty_range = matches!((gt, lt), (Some(g), Some(l)) if g.saturating_add(1) >= l);
+                let empty_range =
+                    matches!((gt, lt), (Some(g), Some(l)) if g.saturating_add(1) >= l);
                 if empty_range {
                     Requirement::does_not_exist(self.key)
                 } else {
@@ -507,7 +508,10 @@ mod tests {
         assert!(pool.compatible(&s, &pod, |k| k == zone).is_ok());
         assert!(pool.compatible(&s, &pod, |_| false).is_err());
         let custom = compile(&mut s, &[sel("disk", "In", &["ssd"])]).unwrap();
-        assert_eq!(pool.compatible(&s, &custom, |k| k == zone), Err(s.get("disk").unwrap()));
+        assert_eq!(
+            pool.compatible(&s, &custom, |k| k == zone),
+            Err(s.get("disk").unwrap())
+        );
         let absent = compile(&mut s, &[sel("disk", "NotIn", &["hdd"])]).unwrap();
         assert!(pool.compatible(&s, &absent, |_| false).is_ok());
         let other_team = compile(&mut s, &[sel("team", "In", &["b"])]).unwrap();
@@ -537,7 +541,12 @@ mod tests {
     #[test]
     fn aliases_are_normalised() {
         let mut s = Symbols::new();
-        let r = req(&mut s, "failure-domain.beta.kubernetes.io/zone", "In", &["a"]);
+        let r = req(
+            &mut s,
+            "failure-domain.beta.kubernetes.io/zone",
+            "In",
+            &["a"],
+        );
         assert_eq!(s.name(r.key), LABEL_ZONE);
     }
 }

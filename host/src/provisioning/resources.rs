@@ -106,7 +106,7 @@ impl Resources {
                 continue;
             }
             let q = if i == Dim::CpuMillis as usize {
-                if v % 1000 == 0 {
+                if v.is_multiple_of(1000) {
                     format!("{}", v / 1000)
                 } else {
                     format!("{v}m")
@@ -253,7 +253,11 @@ fn container_requests(c: &Container) -> Result<Resources, ResourceError> {
         // A limit without a request defaults the request to the limit, as the API server does.
         if let Some(limits) = &res.limits {
             for (name, q) in limits {
-                if res.requests.as_ref().is_none_or(|req| !req.contains_key(name)) {
+                if res
+                    .requests
+                    .as_ref()
+                    .is_none_or(|req| !req.contains_key(name))
+                {
                     parse_into(&mut r, name, q, |_, v| v)?;
                 }
             }
@@ -351,9 +355,17 @@ mod tests {
             ..Default::default()
         };
         let r = pod_requests(&spec).unwrap();
-        assert_eq!(r.get(Dim::CpuMillis), 4000, "the big init container dominates cpu");
+        assert_eq!(
+            r.get(Dim::CpuMillis),
+            4000,
+            "the big init container dominates cpu"
+        );
         assert_eq!(r.get(Dim::MemoryBytes), (1 << 30) + 10 * (1 << 20));
-        assert_eq!(r.get(Dim::Gpus), 1, "a limit without a request becomes the request");
+        assert_eq!(
+            r.get(Dim::Gpus),
+            1,
+            "a limit without a request becomes the request"
+        );
         assert_eq!(r.get(Dim::Pods), 1);
     }
 

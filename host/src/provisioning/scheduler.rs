@@ -185,7 +185,13 @@ fn zone_index(zones: &mut Vec<Sym>, z: Sym) -> usize {
 
 /// A coarse shape class (powers of two of cpu and memory, and the GPU count): pods of one class get one ranking.
 fn shape_bucket(r: &Resources) -> (u64, Resources) {
-    let floor = |v: u64| if v == 0 { 0 } else { 1u64 << (63 - v.leading_zeros()) };
+    let floor = |v: u64| {
+        if v == 0 {
+            0
+        } else {
+            1u64 << (63 - v.leading_zeros())
+        }
+    };
     let cpu = floor(r.get(Dim::CpuMillis));
     let mem = floor(r.get(Dim::MemoryBytes));
     let gpu = r.get(Dim::Gpus);
@@ -287,7 +293,11 @@ impl<'a> Solver<'a> {
             })
             .collect();
         if solver.zones.len() > MAX_ZONES {
-            warn!(zones = solver.zones.len(), max = MAX_ZONES, "more zones than the solver models; the rest are ignored");
+            warn!(
+                zones = solver.zones.len(),
+                max = MAX_ZONES,
+                "more zones than the solver models; the rest are ignored"
+            );
         }
         solver.build_templates(pool_key);
         solver.reachable_zones = solver.templates.iter().fold(0, |m, t| m | t.zone_mask)
@@ -334,7 +344,9 @@ impl<'a> Solver<'a> {
         let mut order: Vec<usize> = (0..problem.node_pools.len()).collect();
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&problem.node_pools[a], &problem.node_pools[b]);
-            pb.weight.cmp(&pa.weight).then_with(|| pa.name.cmp(&pb.name))
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pa.name.cmp(&pb.name))
         });
         for pi in order {
             let pool = &problem.node_pools[pi];
@@ -372,13 +384,17 @@ impl<'a> Solver<'a> {
                 };
                 let whole = u64::try_from(milli.div_ceil(1000)).unwrap_or(u64::MAX);
                 match k.as_str() {
-                    resources::CPU => limits.0[Dim::CpuMillis as usize] = u64::try_from(milli).unwrap_or(u64::MAX),
+                    resources::CPU => {
+                        limits.0[Dim::CpuMillis as usize] = u64::try_from(milli).unwrap_or(u64::MAX)
+                    }
                     resources::MEMORY => limits.0[Dim::MemoryBytes as usize] = whole,
                     resources::PODS => limits.0[Dim::Pods as usize] = whole,
                     resources::GPU => limits.0[Dim::Gpus as usize] = whole,
                     resources::EPHEMERAL_STORAGE => limits.0[Dim::EphemeralBytes as usize] = whole,
                     "nodes" => nodes_limit = whole,
-                    other => debug!(node_pool = %pool.name, resource = other, "limit on an untracked resource"),
+                    other => {
+                        debug!(node_pool = %pool.name, resource = other, "limit on an untracked resource")
+                    }
                 }
             }
             let remaining = limits.saturating_sub(&pool.in_use);
@@ -419,7 +435,9 @@ impl<'a> Solver<'a> {
     fn daemon_overhead(&mut self, reqs: &Requirements, taints: &[CTaint]) -> Resources {
         let mut total = Resources::ZERO;
         for ds in self.problem.daemonsets {
-            let Some(spec) = ds.spec.as_ref() else { continue };
+            let Some(spec) = ds.spec.as_ref() else {
+                continue;
+            };
             let tols: Vec<_> = spec
                 .tolerations
                 .iter()
@@ -434,7 +452,10 @@ impl<'a> Solver<'a> {
                 .affinity
                 .as_ref()
                 .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .and_then(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
                 .and_then(|s| s.node_selector_terms.first());
             if let Some(term) = term {
                 match requirements::compile_term(&mut self.syms, term) {
@@ -443,7 +464,11 @@ impl<'a> Solver<'a> {
                 }
             }
             if reqs
-                .compatible(&self.syms, &ds_reqs, Self::allow_undefined(&self.well_known))
+                .compatible(
+                    &self.syms,
+                    &ds_reqs,
+                    Self::allow_undefined(&self.well_known),
+                )
                 .is_err()
             {
                 continue;
@@ -459,23 +484,30 @@ impl<'a> Solver<'a> {
         let problem = self.problem;
         let opts = CompileOptions {
             ignore_preferences: self.options.ignore_preferences,
-            relax_prefer_no_schedule: self
-                .templates
-                .iter()
-                .any(|t| t.taints.iter().any(|x| x.effect == Effect::PreferNoSchedule)),
+            relax_prefer_no_schedule: self.templates.iter().any(|t| {
+                t.taints
+                    .iter()
+                    .any(|x| x.effect == Effect::PreferNoSchedule)
+            }),
         };
         let mut by_key: HashMap<Vec<u8>, usize> = HashMap::new();
         let mut buf = Vec::new();
         let mut pending = Vec::with_capacity(problem.pods.len());
         for (index, pod) in problem.pods.iter().enumerate() {
             let Some(spec) = pod.spec.as_ref() else {
-                self.unschedulable.push(Unschedulable { pod: index, reason: "pod has no spec".into() });
+                self.unschedulable.push(Unschedulable {
+                    pod: index,
+                    reason: "pod has no spec".into(),
+                });
                 continue;
             };
             let requests = match resources::pod_requests(spec) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.unschedulable.push(Unschedulable { pod: index, reason: e.to_string() });
+                    self.unschedulable.push(Unschedulable {
+                        pod: index,
+                        reason: e.to_string(),
+                    });
                     continue;
                 }
             };
@@ -489,21 +521,35 @@ impl<'a> Solver<'a> {
                         self.classes.len() - 1
                     }
                     Err(e) => {
-                        self.unschedulable.push(Unschedulable { pod: index, reason: e.to_string() });
+                        self.unschedulable.push(Unschedulable {
+                            pod: index,
+                            reason: e.to_string(),
+                        });
                         continue;
                     }
                 },
             };
             self.min_request = self.min_request.min(&requests);
-            pending.push(PendingPod { index, class, requests, level: 0 });
+            pending.push(PendingPod {
+                index,
+                class,
+                requests,
+                level: 0,
+            });
         }
         // Running pods: their anti-affinity keeps new pods away, their labels count.
+        #[allow(clippy::type_complexity)]
+        // (node, namespace, labels, anti-affinity groups, requests)
         let mut running: Vec<(usize, Sym, Vec<(Sym, Sym)>, Vec<GroupRef>, Resources)> = Vec::new();
         for (ni, node) in problem.existing_nodes.iter().enumerate() {
             for pod in &node.pods {
                 let owned = pod_class::running_pod_groups(&mut self.syms, &mut self.groups, pod);
                 let (ns, labels) = pod_class::identity(&mut self.syms, pod);
-                let req = pod.spec.as_ref().and_then(|s| resources::pod_requests(s).ok()).unwrap_or_default();
+                let req = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| resources::pod_requests(s).ok())
+                    .unwrap_or_default();
                 running.push((ni, ns, labels, owned, req));
             }
         }
@@ -525,11 +571,20 @@ impl<'a> Solver<'a> {
             let mut labels: Vec<(Sym, Sym)> = n
                 .labels
                 .iter()
-                .map(|(k, v)| (self.syms.intern(requirements::normalize_key(k)), self.syms.intern(v)))
+                .map(|(k, v)| {
+                    (
+                        self.syms.intern(requirements::normalize_key(k)),
+                        self.syms.intern(v),
+                    )
+                })
                 .collect();
             labels.sort_unstable();
             labels.dedup_by_key(|(k, _)| *k);
-            let taints = n.taints.iter().filter_map(|t| CTaint::compile(&mut self.syms, t)).collect();
+            let taints = n
+                .taints
+                .iter()
+                .filter_map(|t| CTaint::compile(&mut self.syms, t))
+                .collect();
             self.nodes.push(Node {
                 template: None,
                 existing: Some(ni),
@@ -582,7 +637,11 @@ impl<'a> Solver<'a> {
             b.requests
                 .get(Dim::CpuMillis)
                 .cmp(&a.requests.get(Dim::CpuMillis))
-                .then(b.requests.get(Dim::MemoryBytes).cmp(&a.requests.get(Dim::MemoryBytes)))
+                .then(
+                    b.requests
+                        .get(Dim::MemoryBytes)
+                        .cmp(&a.requests.get(Dim::MemoryBytes)),
+                )
                 .then(a.index.cmp(&b.index))
         });
         self.pending = pending;
@@ -607,7 +666,10 @@ impl<'a> Solver<'a> {
         for (p, why) in failures {
             let reason = self.explain(&why);
             debug!(pod = p.index, %reason, "pod cannot be scheduled");
-            self.unschedulable.push(Unschedulable { pod: p.index, reason });
+            self.unschedulable.push(Unschedulable {
+                pod: p.index,
+                reason,
+            });
         }
     }
 
@@ -671,7 +733,13 @@ impl<'a> Solver<'a> {
         r
     }
 
-    fn compute_ranking(&mut self, t: usize, ci: usize, vi: usize, shape: Resources) -> Result<Rc<[u16]>, Fail> {
+    fn compute_ranking(
+        &mut self,
+        t: usize,
+        ci: usize,
+        vi: usize,
+        shape: Resources,
+    ) -> Result<Rc<[u16]>, Fail> {
         let tpl = &self.templates[t];
         let v = &self.classes[ci].variants[vi];
         taints::tolerates_all(&v.tolerations, &tpl.taints).map_err(Fail::Taint)?;
@@ -707,7 +775,11 @@ impl<'a> Solver<'a> {
                     })
                     .map(|(o, _)| o)
                     .collect();
-                Candidate { instance_type: it, allocatable: ctype.alloc, offerings }
+                Candidate {
+                    instance_type: it,
+                    allocatable: ctype.alloc,
+                    offerings,
+                }
             })
             .collect();
         let pool_name = &self.problem.node_pools[tpl.pool].name;
@@ -785,7 +857,10 @@ impl<'a> Solver<'a> {
         for o in v.owned.iter().filter(|o| o.key == TopoKey::Zone) {
             let counts = &self.zone_counts[o.group.slot * nz..(o.group.slot + 1) * nz];
             match o.kind {
-                GroupKind::Spread { max_skew, min_domains } => {
+                GroupKind::Spread {
+                    max_skew,
+                    min_domains,
+                } => {
                     let eligible = v.zone_mask & self.reachable_zones;
                     let domains = eligible.count_ones();
                     let min = if domains < min_domains {
@@ -857,7 +932,13 @@ impl<'a> Solver<'a> {
     }
 
     /// Zones to try for a node, best first: the emptiest domain of the pod's first zone group.
-    fn zone_choices(&self, class: &PodClass, vi: usize, allowed: u64, out: &mut [usize; MAX_ZONES]) -> usize {
+    fn zone_choices(
+        &self,
+        class: &PodClass,
+        vi: usize,
+        allowed: u64,
+        out: &mut [usize; MAX_ZONES],
+    ) -> usize {
         let nz = self.zones.len().min(MAX_ZONES);
         let v = &class.variants[vi];
         let guide = v
@@ -905,7 +986,9 @@ impl<'a> Solver<'a> {
         let node = &self.nodes[n];
         let used = node.used.add(&p.requests);
         if !used.fits_in(&node.cap) {
-            return Err(Fail::Resource(used.first_exceeding(&node.cap).unwrap_or(resources::CPU)));
+            return Err(Fail::Resource(
+                used.first_exceeding(&node.cap).unwrap_or(resources::CPU),
+            ));
         }
         let taints = match node.template {
             Some(t) => &self.templates[t].taints,
@@ -919,18 +1002,31 @@ impl<'a> Solver<'a> {
                     .compatible(&self.syms, &v.reqs, Self::allow_undefined(&self.well_known))
                     .map_err(Fail::Requirement)?;
             } else {
-                v.reqs.matches_labels(&self.syms, &node.labels).map_err(Fail::Requirement)?;
+                v.reqs
+                    .matches_labels(&self.syms, &node.labels)
+                    .map_err(Fail::Requirement)?;
             }
         }
         if class.host_sensitive(v) {
             self.host_check(node, class, vi)?;
         }
         let zone_constrained = v.owns_zone || !class.inverse_zone.is_empty();
-        let mask = if is_new { node.zone_mask & v.zone_mask } else { node.zone_mask };
-        let allowed = if class.zone_sensitive(v) { self.zone_filter(class, vi, mask) } else { mask };
-        if is_new && allowed == 0 || zone_constrained && allowed == 0 {
+        let mask = if is_new {
+            node.zone_mask & v.zone_mask
+        } else {
+            node.zone_mask
+        };
+        let allowed = if class.zone_sensitive(v) {
+            self.zone_filter(class, vi, mask)
+        } else {
+            mask
+        };
+        if (is_new || zone_constrained) && allowed == 0 {
             return Err(Fail::Topology(
-                v.owned.iter().find(|o| o.key == TopoKey::Zone).map_or(GroupKind::AntiAffinity, |o| o.kind),
+                v.owned
+                    .iter()
+                    .find(|o| o.key == TopoKey::Zone)
+                    .map_or(GroupKind::AntiAffinity, |o| o.kind),
                 TopoKey::Zone,
             ));
         }
@@ -940,8 +1036,16 @@ impl<'a> Solver<'a> {
             let new_reqs = (!v.reqs.is_empty()).then(|| node.reqs.intersect(&self.syms, &v.reqs));
             let mut choices = [0usize; MAX_ZONES];
             let pin = class.zone_sensitive(v) && allowed.count_ones() > 1;
-            let k = if pin { self.zone_choices(class, vi, allowed, &mut choices) } else { 0 };
-            let masks: Vec<u64> = if pin { choices[..k].iter().map(|&z| bit(z)).collect() } else { vec![allowed] };
+            let k = if pin {
+                self.zone_choices(class, vi, allowed, &mut choices)
+            } else {
+                0
+            };
+            let masks: Vec<u64> = if pin {
+                choices[..k].iter().map(|&z| bit(z)).collect()
+            } else {
+                vec![allowed]
+            };
             let mut fail = Fail::NoInstanceType;
             for zmask in masks {
                 let node = &self.nodes[n];
@@ -1000,7 +1104,8 @@ impl<'a> Solver<'a> {
         let class = &self.classes[p.class];
         let node = &mut self.nodes[n];
         node.pods.push(u32::try_from(p.index).unwrap_or(u32::MAX));
-        let zone = (node.zone_mask.count_ones() == 1).then(|| node.zone_mask.trailing_zeros() as usize);
+        let zone =
+            (node.zone_mask.count_ones() == 1).then(|| node.zone_mask.trailing_zeros() as usize);
         for g in &class.counted_zone {
             self.totals[g.id] += 1;
             if let Some(z) = zone {
@@ -1011,7 +1116,11 @@ impl<'a> Solver<'a> {
             self.totals[g.id] += 1;
             node.host[g.slot] += 1;
         }
-        for o in class.variants[vi].owned.iter().filter(|o| o.kind == GroupKind::AntiAffinity) {
+        for o in class.variants[vi]
+            .owned
+            .iter()
+            .filter(|o| o.kind == GroupKind::AntiAffinity)
+        {
             match o.key {
                 TopoKey::Hostname => node.host[hg + o.group.slot] += 1,
                 TopoKey::Zone => {
@@ -1036,11 +1145,22 @@ impl<'a> Solver<'a> {
                 let pool = &self.problem.node_pools[self.templates[*t].pool].name;
                 let what = match f {
                     Fail::Resource(r) => format!("no instance type has enough {r}"),
-                    Fail::Taint(t) => format!("does not tolerate taint {}={}:{:?}", self.syms.name(t.key), self.syms.name(t.value), t.effect),
-                    Fail::Requirement(k) => format!("incompatible requirement on {}", self.syms.name(*k)),
+                    Fail::Taint(t) => format!(
+                        "does not tolerate taint {}={}:{:?}",
+                        self.syms.name(t.key),
+                        self.syms.name(t.value),
+                        t.effect
+                    ),
+                    Fail::Requirement(k) => {
+                        format!("incompatible requirement on {}", self.syms.name(*k))
+                    }
                     Fail::Topology(kind, key) => format!("{kind:?} on {key:?} cannot be satisfied"),
-                    Fail::NoInstanceType => "no instance type satisfies the requirements and requests".into(),
-                    Fail::MinValues(k) => format!("minValues on {} cannot be met", self.syms.name(*k)),
+                    Fail::NoInstanceType => {
+                        "no instance type satisfies the requirements and requests".into()
+                    }
+                    Fail::MinValues(k) => {
+                        format!("minValues on {} cannot be met", self.syms.name(*k))
+                    }
                     Fail::Limits => "NodePool limits reached".into(),
                     Fail::Ranker(i) => self.rank_errors.get(*i).cloned().unwrap_or_default(),
                 };
@@ -1079,7 +1199,12 @@ impl<'a> Solver<'a> {
         let tpl = &self.templates[t];
         let pool = &self.problem.node_pools[tpl.pool];
         let catalog = self.problem.instance_types;
-        let chosen: Vec<u16> = node.types.iter().copied().take(self.options.max_instance_types).collect();
+        let chosen: Vec<u16> = node
+            .types
+            .iter()
+            .copied()
+            .take(self.options.max_instance_types)
+            .collect();
         let ct_req = node.reqs.get(self.ct_key);
         let mut zones: Vec<Sym> = Vec::new();
         let mut cts: Vec<Sym> = Vec::new();
@@ -1106,7 +1231,10 @@ impl<'a> Solver<'a> {
         let requirements = reqs
             .to_selectors(&self.syms)
             .into_iter()
-            .map(|(requirement, min_values)| PoolRequirement { requirement, min_values })
+            .map(|(requirement, min_values)| PoolRequirement {
+                requirement,
+                min_values,
+            })
             .collect();
         let mut labels: BTreeMap<String, String> = pool.labels.clone();
         for r in node.reqs.iter() {
@@ -1114,7 +1242,10 @@ impl<'a> Solver<'a> {
                 continue;
             }
             if let Some(v) = r.single() {
-                labels.insert(self.syms.name(r.key).to_owned(), self.syms.name(v).to_owned());
+                labels.insert(
+                    self.syms.name(r.key).to_owned(),
+                    self.syms.name(v).to_owned(),
+                );
             }
         }
         labels.insert(LABEL_NODEPOOL.to_owned(), pool.name.clone());
@@ -1124,7 +1255,10 @@ impl<'a> Solver<'a> {
             labels,
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
-            instance_types: chosen.iter().map(|&i| catalog[usize::from(i)].name.clone()).collect(),
+            instance_types: chosen
+                .iter()
+                .map(|&i| catalog[usize::from(i)].name.clone())
+                .collect(),
             requests: node.used,
             pods,
         }

@@ -95,18 +95,24 @@ impl ClusterState {
         let (nodes, t2) = spawn(Api::<Node>::all(client.clone()), changes.clone(), |n| {
             Change::Node(n.metadata.name.clone().unwrap_or_default())
         });
-        let (nodepools, t3) = spawn(Api::<NodePool>::all(client.clone()), changes.clone(), |_| {
+        let (nodepools, t3) = spawn(
+            Api::<NodePool>::all(client.clone()),
+            changes.clone(),
+            |_| Change::Other,
+        );
+        let (nodeclaims, t4) = spawn(
+            Api::<NodeClaim>::all(client.clone()),
+            changes.clone(),
+            |c| Change::NodeClaim(c.metadata.name.clone().unwrap_or_default()),
+        );
+        let (daemonsets, t5) = spawn(
+            Api::<DaemonSet>::all(client.clone()),
+            changes.clone(),
+            |_| Change::Other,
+        );
+        let (nodeclasses, t6) = spawn(Api::<KCNodeClass>::all(client.clone()), changes, |_| {
             Change::Other
         });
-        let (nodeclaims, t4) =
-            spawn(Api::<NodeClaim>::all(client.clone()), changes.clone(), |c| {
-                Change::NodeClaim(c.metadata.name.clone().unwrap_or_default())
-            });
-        let (daemonsets, t5) = spawn(Api::<DaemonSet>::all(client.clone()), changes.clone(), |_| {
-            Change::Other
-        });
-        let (nodeclasses, t6) =
-            spawn(Api::<KCNodeClass>::all(client.clone()), changes, |_| Change::Other);
         ClusterState {
             pods,
             nodes,
@@ -123,10 +129,22 @@ impl ClusterState {
         let all = async {
             self.pods.wait_until_ready().await.map_err(|_| "pods")?;
             self.nodes.wait_until_ready().await.map_err(|_| "nodes")?;
-            self.nodepools.wait_until_ready().await.map_err(|_| "nodepools")?;
-            self.nodeclaims.wait_until_ready().await.map_err(|_| "nodeclaims")?;
-            self.daemonsets.wait_until_ready().await.map_err(|_| "daemonsets")?;
-            self.nodeclasses.wait_until_ready().await.map_err(|_| "kcnodeclasses")?;
+            self.nodepools
+                .wait_until_ready()
+                .await
+                .map_err(|_| "nodepools")?;
+            self.nodeclaims
+                .wait_until_ready()
+                .await
+                .map_err(|_| "nodeclaims")?;
+            self.daemonsets
+                .wait_until_ready()
+                .await
+                .map_err(|_| "daemonsets")?;
+            self.nodeclasses
+                .wait_until_ready()
+                .await
+                .map_err(|_| "kcnodeclasses")?;
             Ok(())
         };
         tokio::time::timeout(timeout, all)

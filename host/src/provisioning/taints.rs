@@ -55,7 +55,11 @@ pub struct CToleration {
 
 impl CToleration {
     pub fn compile(syms: &mut Symbols, t: &Toleration) -> CToleration {
-        let key = t.key.as_deref().filter(|k| !k.is_empty()).map(|k| syms.intern(k));
+        let key = t
+            .key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .map(|k| syms.intern(k));
         CToleration {
             key,
             exists: t.operator.as_deref() == Some("Exists"),
@@ -113,7 +117,13 @@ mod tests {
         .unwrap()
     }
 
-    fn tol(s: &mut Symbols, key: Option<&str>, op: &str, value: Option<&str>, effect: Option<&str>) -> CToleration {
+    fn tol(
+        s: &mut Symbols,
+        key: Option<&str>,
+        op: &str,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> CToleration {
         CToleration::compile(
             s,
             &Toleration {
@@ -130,10 +140,22 @@ mod tests {
     fn equal_exists_and_wildcards() {
         let mut s = Symbols::new();
         let gpu = taint(&mut s, "nvidia.com/gpu", Some("true"), "NoSchedule");
-        let equal = tol(&mut s, Some("nvidia.com/gpu"), "Equal", Some("true"), Some("NoSchedule"));
+        let equal = tol(
+            &mut s,
+            Some("nvidia.com/gpu"),
+            "Equal",
+            Some("true"),
+            Some("NoSchedule"),
+        );
         let wrong_value = tol(&mut s, Some("nvidia.com/gpu"), "Equal", Some("false"), None);
         let exists = tol(&mut s, Some("nvidia.com/gpu"), "Exists", None, None);
-        let wrong_effect = tol(&mut s, Some("nvidia.com/gpu"), "Exists", None, Some("NoExecute"));
+        let wrong_effect = tol(
+            &mut s,
+            Some("nvidia.com/gpu"),
+            "Exists",
+            None,
+            Some("NoExecute"),
+        );
         let everything = tol(&mut s, None, "Exists", None, None);
         assert!(equal.tolerates(&gpu));
         assert!(!wrong_value.tolerates(&gpu));
@@ -145,6 +167,16 @@ mod tests {
         let soft = taint(&mut s, "soft", None, "PreferNoSchedule");
         assert!(tolerates_all(&[], &[soft]).is_err());
         assert!(tolerates_all(&[CToleration::prefer_no_schedule_any()], &[soft]).is_ok());
-        assert!(CTaint::compile(&mut s, &Taint { key: "k".into(), effect: "Sometimes".into(), ..Default::default() }).is_none());
+        assert!(
+            CTaint::compile(
+                &mut s,
+                &Taint {
+                    key: "k".into(),
+                    effect: "Sometimes".into(),
+                    ..Default::default()
+                }
+            )
+            .is_none()
+        );
     }
 }

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::requirements::{LABEL_HOSTNAME, LABEL_ZONE, Requirement, RequirementError, Requirements};
+use super::requirements::{
+    LABEL_HOSTNAME, LABEL_ZONE, Requirement, RequirementError, Requirements,
+};
 use super::symbols::{Sym, Symbols};
 
 /// The topology keys the solver models; constraints on other keys are ignored, as Karpenter ignores unknown keys.
@@ -32,7 +34,10 @@ impl TopoKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupKind {
     /// `maxSkew` and `minDomains` of a topology spread constraint.
-    Spread { max_skew: u32, min_domains: u32 },
+    Spread {
+        max_skew: u32,
+        min_domains: u32,
+    },
     Affinity,
     AntiAffinity,
 }
@@ -135,7 +140,10 @@ pub fn compile_selector(
         reqs.add(syms, Requirement::in_values(key, vec![value]));
     }
     for e in sel.match_expressions.iter().flatten() {
-        if !matches!(e.operator.as_str(), "In" | "NotIn" | "Exists" | "DoesNotExist") {
+        if !matches!(
+            e.operator.as_str(),
+            "In" | "NotIn" | "Exists" | "DoesNotExist"
+        ) {
             return Err(RequirementError::UnknownOperator {
                 key: e.key.clone(),
                 operator: e.operator.clone(),
@@ -197,9 +205,18 @@ mod tests {
         assert!(!g.selects(&s, ns, &with_db));
         let other_ns = s.intern("other");
         assert!(!g.selects(&s, other_ns, &labels));
-        let null = Group { selector: None, ..g };
-        assert!(!null.selects(&s, ns, &labels), "a null selector matches nothing");
-        assert_eq!(TopoKey::parse("failure-domain.beta.kubernetes.io/zone"), Some(TopoKey::Zone));
+        let null = Group {
+            selector: None,
+            ..g
+        };
+        assert!(
+            !null.selects(&s, ns, &labels),
+            "a null selector matches nothing"
+        );
+        assert_eq!(
+            TopoKey::parse("failure-domain.beta.kubernetes.io/zone"),
+            Some(TopoKey::Zone)
+        );
         assert_eq!(TopoKey::parse("karpenter.sh/capacity-type"), None);
     }
 }

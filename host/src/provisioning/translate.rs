@@ -71,7 +71,11 @@ pub fn nodepool_input(np: &NodePool, in_use: Resources, nodes_in_use: u64) -> No
                 min_values: r.min_values,
             })
             .collect(),
-        labels: t.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default(),
+        labels: t
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default(),
         taints: t.spec.taints.iter().map(Taint::from).collect(),
         startup_taints: t.spec.startup_taints.iter().map(Taint::from).collect(),
         limits: np.spec.limits.clone().unwrap_or_default(),
@@ -111,7 +115,9 @@ pub fn existing_node(node: &Node, pods: Vec<Pod>, startup_taints: &[Taint]) -> E
             !(managed
                 && !initialized
                 && (is_ephemeral_taint(t)
-                    || startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect)))
+                    || startup_taints
+                        .iter()
+                        .any(|s| s.key == t.key && s.effect == t.effect)))
         })
         .collect();
     let allocatable = node
@@ -252,7 +258,9 @@ pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> N
 pub(crate) mod tests {
     use super::*;
     use crate::crd::NodeClassRef;
-    use crate::crd::nodepool::{Disruption, NodeClaimTemplate, NodeClaimTemplateSpec, NodePoolSpec};
+    use crate::crd::nodepool::{
+        Disruption, NodeClaimTemplate, NodeClaimTemplateSpec, NodePoolSpec,
+    };
 
     pub(crate) fn pool() -> NodePool {
         let mut np = NodePool::new(
@@ -314,12 +322,18 @@ pub(crate) mod tests {
         let nc = nodeclaim_for(&draft, &np, name.clone());
         assert_eq!(nc.labels()[LABEL_NODEPOOL], "default");
         assert_eq!(nc.labels()[LABEL_KKE_NODEPOOL], "default");
-        assert_eq!(nc.spec.requirements[0].values, vec!["m2a.large", "m2a.xlarge"]);
+        assert_eq!(
+            nc.spec.requirements[0].values,
+            vec!["m2a.large", "m2a.xlarge"]
+        );
         assert_eq!(
             nc.spec.resources.as_ref().unwrap().requests["cpu"].0,
             "1500m"
         );
-        assert_eq!(nc.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(
+            nc.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-1"
+        );
         assert_eq!(nc.finalizers(), [FINALIZER.to_owned()]);
 
         // Before launch an in-flight claim offers its smallest type minus its requests.

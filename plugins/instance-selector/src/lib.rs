@@ -31,8 +31,8 @@ pub struct Config {
 impl Config {
     /// Whether a candidate passes the family lists and the price ceiling.
     pub fn admits(&self, t: &InstanceType, price: u64) -> bool {
-        (self.allow_families.is_empty() || self.allow_families.iter().any(|f| *f == t.family))
-            && !self.deny_families.iter().any(|f| *f == t.family)
+        (self.allow_families.is_empty() || self.allow_families.contains(&t.family))
+            && !self.deny_families.contains(&t.family)
             && self.max_price_micros.is_none_or(|max| price <= max)
     }
 }

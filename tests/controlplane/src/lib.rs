@@ -145,7 +145,11 @@ impl std::fmt::Debug for ControlPlane {
 pub async fn shared() -> &'static ControlPlane {
     static SHARED: OnceCell<Result<ControlPlane, String>> = OnceCell::const_new();
     let result = SHARED
-        .get_or_init(|| async { start(Options::default()).await.map_err(|e| format!("{e:#}")) })
+        .get_or_init(|| async {
+            start(Options::default())
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
         .await;
     match result {
         Ok(cp) => cp,
@@ -375,7 +379,10 @@ async fn boot(cp: &mut ControlPlane, options: &Options, deadline: Instant) -> an
 
     let kubeconfig = |name: &str, user: &str, cert: &(String, String)| -> anyhow::Result<PathBuf> {
         let path = dir.join(name);
-        write_private(&path, &kubeconfig_yaml(&cp.server_url, &pki.ca_pem, user, cert))?;
+        write_private(
+            &path,
+            &kubeconfig_yaml(&cp.server_url, &pki.ca_pem, user, cert),
+        )?;
         Ok(path)
     };
     let admin_kc = kubeconfig("admin.kubeconfig", "admin", &pki.admin)?;
@@ -888,7 +895,10 @@ mod tests {
     #[test]
     fn missing_binaries_name_the_build_script() {
         let error = check_binaries(Path::new("/nonexistent-kk")).unwrap_err();
-        assert!(error.to_string().contains("tests/controlplane/build.sh"), "{error}");
+        assert!(
+            error.to_string().contains("tests/controlplane/build.sh"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -97,12 +97,19 @@ async fn kwok_runs_pods_and_scheduler_places_them() -> anyhow::Result<()> {
     })
     .await?;
     let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
-    assert_eq!(allocatable.get("cpu"), Some(&Quantity("4".into())), "kwok keeps the capacity");
+    assert_eq!(
+        allocatable.get("cpu"),
+        Some(&Quantity("4".into())),
+        "kwok keeps the capacity"
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     // Bound by hand: only kwok is involved.
-    pods.create(&PostParams::default(), &pod("bound", Some(&node_name), None))
-        .await?;
+    pods.create(
+        &PostParams::default(),
+        &pod("bound", Some(&node_name), None),
+    )
+    .await?;
     let bound = wait_running(&pods, "bound").await?;
     assert!(
         bound

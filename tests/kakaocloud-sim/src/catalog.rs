@@ -54,7 +54,14 @@ impl FlavorSeed {
             vcpus: Some(self.vcpus),
             memory_mb: Some(self.memory_mib),
             architecture: Some(self.architecture.clone()),
-            manufacturer: Some(if self.processor.contains("AMD") { "AMD" } else { "Intel" }.into()),
+            manufacturer: Some(
+                if self.processor.contains("AMD") {
+                    "AMD"
+                } else {
+                    "Intel"
+                }
+                .into(),
+            ),
             group: Some(if self.gpus > 0 { "GPU" } else { "CPU" }.into()),
             instance_type: Some("vm".into()),
             instance_family: Some(self.family().to_string()),
@@ -71,7 +78,13 @@ impl FlavorSeed {
     }
 }
 
-fn flavor(name: &str, vcpus: u32, memory_gib: u64, gpus: u32, gpu_name: Option<&str>) -> FlavorSeed {
+fn flavor(
+    name: &str,
+    vcpus: u32,
+    memory_gib: u64,
+    gpus: u32,
+    gpu_name: Option<&str>,
+) -> FlavorSeed {
     let family = name.split('.').next().unwrap_or(name);
     let processor = match family {
         "m2a" | "c2a" | "r2a" => "AMD EPYC 7003",
@@ -116,12 +129,36 @@ pub fn default_flavors() -> Vec<FlavorSeed> {
         flavor("t1i.medium", 2, 4, 0, None),
         flavor("t1i.large", 2, 8, 0, None),
     ];
-    for (size, vcpus) in [("large", 2), ("xlarge", 4), ("2xlarge", 8), ("4xlarge", 16), ("8xlarge", 32)] {
-        out.push(flavor(&format!("m2a.{size}"), vcpus, u64::from(vcpus) * 4, 0, None));
+    for (size, vcpus) in [
+        ("large", 2),
+        ("xlarge", 4),
+        ("2xlarge", 8),
+        ("4xlarge", 16),
+        ("8xlarge", 32),
+    ] {
+        out.push(flavor(
+            &format!("m2a.{size}"),
+            vcpus,
+            u64::from(vcpus) * 4,
+            0,
+            None,
+        ));
     }
     for (size, vcpus) in [("large", 2), ("xlarge", 4), ("2xlarge", 8), ("4xlarge", 16)] {
-        out.push(flavor(&format!("c2a.{size}"), vcpus, u64::from(vcpus) * 2, 0, None));
-        out.push(flavor(&format!("r2a.{size}"), vcpus, u64::from(vcpus) * 8, 0, None));
+        out.push(flavor(
+            &format!("c2a.{size}"),
+            vcpus,
+            u64::from(vcpus) * 2,
+            0,
+            None,
+        ));
+        out.push(flavor(
+            &format!("r2a.{size}"),
+            vcpus,
+            u64::from(vcpus) * 8,
+            0,
+            None,
+        ));
     }
     out.push(flavor("gn1i.xlarge", 4, 16, 1, Some("NVIDIA T4")));
     out.push(flavor("gn1i.2xlarge", 8, 32, 1, Some("NVIDIA T4")));
@@ -131,7 +168,10 @@ pub fn default_flavors() -> Vec<FlavorSeed> {
     p2i.zones = vec![ZONES[0].to_string(), ZONES[1].to_string()];
     p2i.available = 4;
     out.push(p2i);
-    for f in out.iter_mut().filter(|f| f.gpus > 0 && f.family() == "gn1i") {
+    for f in out
+        .iter_mut()
+        .filter(|f| f.gpus > 0 && f.family() == "gn1i")
+    {
         f.available = 10;
     }
     out
@@ -139,7 +179,10 @@ pub fn default_flavors() -> Vec<FlavorSeed> {
 
 /// ID of the default catalog's flavor `name` (IDs are derived from names).
 pub fn flavor_id(name: &str) -> Option<String> {
-    default_flavors().into_iter().find(|f| f.name == name).map(|f| f.id)
+    default_flavors()
+        .into_iter()
+        .find(|f| f.name == name)
+        .map(|f| f.id)
 }
 
 /// A subnet of the project's VPC.
@@ -211,8 +254,16 @@ pub struct KubernetesVersionSeed {
 
 pub fn default_versions() -> Vec<KubernetesVersionSeed> {
     vec![
-        KubernetesVersionSeed { minor: "1.34".into(), patch: "1.34.3".into(), deprecated: false },
-        KubernetesVersionSeed { minor: "1.35".into(), patch: "1.35.0".into(), deprecated: false },
+        KubernetesVersionSeed {
+            minor: "1.34".into(),
+            patch: "1.34.3".into(),
+            deprecated: false,
+        },
+        KubernetesVersionSeed {
+            minor: "1.35".into(),
+            patch: "1.35.0".into(),
+            deprecated: false,
+        },
     ]
 }
 

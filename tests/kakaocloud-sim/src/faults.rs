@@ -20,9 +20,17 @@ pub enum FaultRequest {
     /// Every response of `route` is delayed by `millis` (0 removes it).
     Latency { route: String, millis: u64 },
     /// The next `count` requests of `route` get 429 with `Retry-After`.
-    Throttle { route: String, count: usize, retry_after_millis: u64 },
+    Throttle {
+        route: String,
+        count: usize,
+        retry_after_millis: u64,
+    },
     /// The next `count` requests of `route` get HTTP `status` (5xx), not processed.
-    ServerError { route: String, count: usize, status: u16 },
+    ServerError {
+        route: String,
+        count: usize,
+        status: u16,
+    },
     /// The next `count` requests of `route` have their connection dropped
     /// before they are processed.
     DropConnection { route: String, count: usize },
@@ -32,7 +40,11 @@ pub enum FaultRequest {
     /// The next `count` requests of `route` are processed, then the answer is
     /// held for `millis` (longer than the client's timeout makes a timeout
     /// after commit).
-    DelayAfterCommit { route: String, count: usize, millis: u64 },
+    DelayAfterCommit {
+        route: String,
+        count: usize,
+        millis: u64,
+    },
     /// Creating `flavor` (name or ID) in `zone` fails with insufficient capacity.
     CapacityError { flavor: String, zone: String },
     /// Undoes [`FaultRequest::CapacityError`].
@@ -58,7 +70,10 @@ pub(crate) enum Queued {
 
 impl Queued {
     pub fn before_commit(&self) -> bool {
-        matches!(self, Queued::Throttle(_) | Queued::ServerError(_) | Queued::Drop)
+        matches!(
+            self,
+            Queued::Throttle(_) | Queued::ServerError(_) | Queued::Drop
+        )
     }
 }
 
@@ -99,19 +114,33 @@ impl Faults {
                     s.latency.insert(route, Duration::from_millis(millis));
                 }
             }
-            FaultRequest::Throttle { route, count, retry_after_millis } => {
-                push(route, count, Queued::Throttle(Duration::from_millis(retry_after_millis)))
-            }
-            FaultRequest::ServerError { route, count, status } => {
-                push(route, count, Queued::ServerError(status))
-            }
+            FaultRequest::Throttle {
+                route,
+                count,
+                retry_after_millis,
+            } => push(
+                route,
+                count,
+                Queued::Throttle(Duration::from_millis(retry_after_millis)),
+            ),
+            FaultRequest::ServerError {
+                route,
+                count,
+                status,
+            } => push(route, count, Queued::ServerError(status)),
             FaultRequest::DropConnection { route, count } => push(route, count, Queued::Drop),
             FaultRequest::DropAfterCommit { route, count } => {
                 push(route, count, Queued::DropAfterCommit)
             }
-            FaultRequest::DelayAfterCommit { route, count, millis } => {
-                push(route, count, Queued::DelayAfterCommit(Duration::from_millis(millis)))
-            }
+            FaultRequest::DelayAfterCommit {
+                route,
+                count,
+                millis,
+            } => push(
+                route,
+                count,
+                Queued::DelayAfterCommit(Duration::from_millis(millis)),
+            ),
             FaultRequest::CapacityError { flavor, zone } => {
                 s.capacity.insert((flavor, zone));
             }
@@ -127,53 +156,84 @@ impl Faults {
     /// Delays every response of `route` by `delay` (zero removes it).
     pub fn latency(&self, route: &str, delay: Duration) {
         let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.apply(FaultRequest::Latency { route: route.into(), millis });
+        self.apply(FaultRequest::Latency {
+            route: route.into(),
+            millis,
+        });
     }
 
     /// The next `count` requests of `route` get 429 with `Retry-After`.
     pub fn throttle(&self, route: &str, count: usize, retry_after: Duration) {
         let retry_after_millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-        self.apply(FaultRequest::Throttle { route: route.into(), count, retry_after_millis });
+        self.apply(FaultRequest::Throttle {
+            route: route.into(),
+            count,
+            retry_after_millis,
+        });
     }
 
     /// The next `count` requests of `route` get `status` (e.g. 503).
     pub fn server_error(&self, route: &str, count: usize, status: u16) {
-        self.apply(FaultRequest::ServerError { route: route.into(), count, status });
+        self.apply(FaultRequest::ServerError {
+            route: route.into(),
+            count,
+            status,
+        });
     }
 
     /// The next `count` requests of `route` are dropped unprocessed.
     pub fn drop_connection(&self, route: &str, count: usize) {
-        self.apply(FaultRequest::DropConnection { route: route.into(), count });
+        self.apply(FaultRequest::DropConnection {
+            route: route.into(),
+            count,
+        });
     }
 
     /// The next `count` requests of `route` take effect, then the connection drops.
     pub fn drop_after_commit(&self, route: &str, count: usize) {
-        self.apply(FaultRequest::DropAfterCommit { route: route.into(), count });
+        self.apply(FaultRequest::DropAfterCommit {
+            route: route.into(),
+            count,
+        });
     }
 
     /// The next `count` requests of `route` take effect, then the answer is held.
     pub fn delay_after_commit(&self, route: &str, count: usize, delay: Duration) {
         let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.apply(FaultRequest::DelayAfterCommit { route: route.into(), count, millis });
+        self.apply(FaultRequest::DelayAfterCommit {
+            route: route.into(),
+            count,
+            millis,
+        });
     }
 
     /// Creating `flavor` (name or ID) in `zone` fails with insufficient capacity.
     pub fn capacity_error(&self, flavor: &str, zone: &str) {
-        self.apply(FaultRequest::CapacityError { flavor: flavor.into(), zone: zone.into() });
+        self.apply(FaultRequest::CapacityError {
+            flavor: flavor.into(),
+            zone: zone.into(),
+        });
     }
 
     pub fn clear_capacity_error(&self, flavor: &str, zone: &str) {
-        self.apply(FaultRequest::ClearCapacityError { flavor: flavor.into(), zone: zone.into() });
+        self.apply(FaultRequest::ClearCapacityError {
+            flavor: flavor.into(),
+            zone: zone.into(),
+        });
     }
 
     /// Instances whose name contains `name_contains` ("" = all) stay in BUILD.
     pub fn stuck_in_build(&self, name_contains: &str) {
-        self.apply(FaultRequest::StuckInBuild { name_contains: name_contains.into() });
+        self.apply(FaultRequest::StuckInBuild {
+            name_contains: name_contains.into(),
+        });
     }
 
     /// Instances whose name contains `name_contains` ("" = all) go to ERROR.
     pub fn go_to_error(&self, name_contains: &str) {
-        self.apply(FaultRequest::GoToError { name_contains: name_contains.into() });
+        self.apply(FaultRequest::GoToError {
+            name_contains: name_contains.into(),
+        });
     }
 
     /// Removes every fault.
@@ -226,7 +286,10 @@ mod tests {
         let f = Faults::default();
         f.server_error(ANY_ROUTE, 1, 502);
         f.throttle("a", 1, Duration::from_millis(5));
-        assert_eq!(f.take("a"), Some(Queued::Throttle(Duration::from_millis(5))));
+        assert_eq!(
+            f.take("a"),
+            Some(Queued::Throttle(Duration::from_millis(5)))
+        );
         assert_eq!(f.take("a"), Some(Queued::ServerError(502)));
         assert_eq!(f.take("a"), None);
     }
@@ -239,7 +302,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             req,
-            FaultRequest::Throttle { route: "iam.token".into(), count: 2, retry_after_millis: 100 }
+            FaultRequest::Throttle {
+                route: "iam.token".into(),
+                count: 2,
+                retry_after_millis: 100
+            }
         );
     }
 }

@@ -28,22 +28,38 @@ async fn main() -> anyhow::Result<()> {
     let mut config = SimConfig::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value\n{}", usage()));
+        let mut value = |name: &str| {
+            args.next()
+                .with_context(|| format!("{name} needs a value\n{}", usage()))
+        };
         match arg.as_str() {
             "--listen" => {
-                config.listen = value("--listen")?.parse::<SocketAddr>().context("--listen must be IP:PORT")?;
+                config.listen = value("--listen")?
+                    .parse::<SocketAddr>()
+                    .context("--listen must be IP:PORT")?;
             }
             "--boot-delay-ms" => {
-                config.boot_delay = Duration::from_millis(value("--boot-delay-ms")?.parse().context("--boot-delay-ms")?);
+                config.boot_delay = Duration::from_millis(
+                    value("--boot-delay-ms")?
+                        .parse()
+                        .context("--boot-delay-ms")?,
+                );
             }
             "--token-ttl-secs" => {
-                config.token_ttl = Duration::from_secs(value("--token-ttl-secs")?.parse().context("--token-ttl-secs")?);
+                config.token_ttl = Duration::from_secs(
+                    value("--token-ttl-secs")?
+                        .parse()
+                        .context("--token-ttl-secs")?,
+                );
             }
             "--cluster-endpoint" => {
                 let raw = value("--cluster-endpoint")?;
-                let (host, port) = raw.rsplit_once(':').context("--cluster-endpoint must be HOST:PORT")?;
+                let (host, port) = raw
+                    .rsplit_once(':')
+                    .context("--cluster-endpoint must be HOST:PORT")?;
                 config.projects[0].cluster.control_plane_host = host.to_string();
-                config.projects[0].cluster.control_plane_port = port.parse().context("--cluster-endpoint port")?;
+                config.projects[0].cluster.control_plane_port =
+                    port.parse().context("--cluster-endpoint port")?;
             }
             "--cluster-ca-file" => {
                 let path = value("--cluster-ca-file")?;

@@ -75,7 +75,10 @@ impl Shared {
         }
         for p in &config.projects {
             anyhow::ensure!(
-                config.versions.iter().any(|v| v.minor == p.cluster.kubernetes_version),
+                config
+                    .versions
+                    .iter()
+                    .any(|v| v.minor == p.cluster.kubernetes_version),
                 "project {}: cluster version {} is not one of the simulated versions",
                 p.id,
                 p.cluster.kubernetes_version
@@ -145,8 +148,12 @@ impl Shared {
     }
 
     pub fn set_available(&self, flavor: &str, zone: &str, count: u32) {
-        let Some(f) = self.find_flavor(flavor) else { return };
-        lock(&self.state).available.insert((f.id.clone(), zone.to_string()), count);
+        let Some(f) = self.find_flavor(flavor) else {
+            return;
+        };
+        lock(&self.state)
+            .available
+            .insert((f.id.clone(), zone.to_string()), count);
     }
 
     pub fn revoke_tokens(&self) {
@@ -160,7 +167,10 @@ impl Shared {
     }
 
     fn find_flavor(&self, key: &str) -> Option<&FlavorSeed> {
-        self.config.flavors.iter().find(|f| f.id == key || f.name == key)
+        self.config
+            .flavors
+            .iter()
+            .find(|f| f.id == key || f.name == key)
     }
 
     fn count(&self, route: &str) {
@@ -172,12 +182,26 @@ impl Shared {
         let token = headers
             .get(api::AUTH_TOKEN_HEADER)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| error(StatusCode::UNAUTHORIZED, error_codes::UNAUTHORIZED, "missing X-Auth-Token"))?;
+            .ok_or_else(|| {
+                error(
+                    StatusCode::UNAUTHORIZED,
+                    error_codes::UNAUTHORIZED,
+                    "missing X-Auth-Token",
+                )
+            })?;
         let s = lock(&self.state);
         match s.tokens.get(token) {
             Some(entry) if Instant::now() < entry.expires => Ok(entry.project),
-            Some(_) => Err(error(StatusCode::UNAUTHORIZED, error_codes::UNAUTHORIZED, "token expired")),
-            None => Err(error(StatusCode::UNAUTHORIZED, error_codes::UNAUTHORIZED, "invalid token")),
+            Some(_) => Err(error(
+                StatusCode::UNAUTHORIZED,
+                error_codes::UNAUTHORIZED,
+                "token expired",
+            )),
+            None => Err(error(
+                StatusCode::UNAUTHORIZED,
+                error_codes::UNAUTHORIZED,
+                "invalid token",
+            )),
         }
     }
 
@@ -188,7 +212,11 @@ impl Shared {
             return o;
         }
         let c = &self.config.projects[project].cluster;
-        (c.control_plane_host.clone(), c.control_plane_port, c.ca_pem.clone())
+        (
+            c.control_plane_host.clone(),
+            c.control_plane_port,
+            c.ca_pem.clone(),
+        )
     }
 }
 
@@ -196,7 +224,10 @@ impl Shared {
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
     let body = api::ErrorBody {
-        error: api::ErrorDetail { code: code.to_string(), message: message.to_string() },
+        error: api::ErrorDetail {
+            code: code.to_string(),
+            message: message.to_string(),
+        },
     };
     (status, axum::Json(body)).into_response()
 }
@@ -221,23 +252,36 @@ fn invalid(message: &str) -> Response {
 }
 
 fn not_found(what: &str) -> Response {
-    error(StatusCode::NOT_FOUND, error_codes::NOT_FOUND, &format!("{what} not found"))
+    error(
+        StatusCode::NOT_FOUND,
+        error_codes::NOT_FOUND,
+        &format!("{what} not found"),
+    )
 }
 
 /// A response whose body fails: the client sees the connection drop.
 fn dropped() -> Response {
     let stream = futures::stream::once(async {
-        Err::<Bytes, std::io::Error>(std::io::Error::other("connection dropped by fault injection"))
+        Err::<Bytes, std::io::Error>(std::io::Error::other(
+            "connection dropped by fault injection",
+        ))
     });
     let mut response = Response::new(Body::from_stream(stream));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 fn fault_response(fault: &Queued) -> Response {
     match fault {
         Queued::Throttle(after) => {
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, error_codes::TOO_MANY_REQUESTS, "rate limit exceeded");
+            let mut r = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                error_codes::TOO_MANY_REQUESTS,
+                "rate limit exceeded",
+            );
             let value = if after.subsec_millis() == 0 {
                 after.as_secs().to_string()
             } else {
@@ -281,11 +325,17 @@ where
     }
 }
 
-fn paginate<T>(items: Vec<T>, query: &HashMap<String, String>, config: &SimConfig) -> Result<(Vec<T>, api::Pagination), Response> {
+fn paginate<T>(
+    items: Vec<T>,
+    query: &HashMap<String, String>,
+    config: &SimConfig,
+) -> Result<(Vec<T>, api::Pagination), Response> {
     let parse = |key: &str, default: u32| -> Result<u32, Response> {
         match query.get(key) {
             None => Ok(default),
-            Some(raw) => raw.parse::<u32>().map_err(|_| invalid(&format!("{key} must be a non-negative integer"))),
+            Some(raw) => raw
+                .parse::<u32>()
+                .map_err(|_| invalid(&format!("{key} must be a non-negative integer"))),
         }
     };
     let limit = parse("limit", config.default_page_limit)?;
@@ -295,8 +345,19 @@ fn paginate<T>(items: Vec<T>, query: &HashMap<String, String>, config: &SimConfi
     let limit = limit.min(config.max_page_limit);
     let offset = parse("offset", 0)?;
     let total = u32::try_from(items.len()).unwrap_or(u32::MAX);
-    let page: Vec<T> = items.into_iter().skip(offset as usize).take(limit as usize).collect();
-    Ok((page, api::Pagination { total: Some(total), offset: Some(offset), limit: Some(limit) }))
+    let page: Vec<T> = items
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    Ok((
+        page,
+        api::Pagination {
+            total: Some(total),
+            offset: Some(offset),
+            limit: Some(limit),
+        },
+    ))
 }
 
 fn now_rfc3339() -> String {
@@ -325,7 +386,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route(paths::INSTANCES, get(list_instances).post(create_instance))
         .route(
             &format!("{}/{{id}}", paths::INSTANCES),
-            get(get_instance).put(update_instance).delete(delete_instance),
+            get(get_instance)
+                .put(update_instance)
+                .delete(delete_instance),
         )
         .route(paths::FLAVORS, get(list_flavors))
         .route(paths::KEYPAIRS, get(list_keypairs));
@@ -333,9 +396,18 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let network = Router::new().route(paths::SECURITY_GROUPS, get(list_security_groups));
     let image = Router::new().route(paths::IMAGES, get(list_images));
     let ke = Router::new()
-        .route(&format!("{}/{{name}}", paths::KE_CLUSTERS), get(get_cluster))
-        .route(&format!("{}/{{name}}/kubeconfig", paths::KE_CLUSTERS), get(get_kubeconfig))
-        .route(&format!("{}/{{name}}/node-pools", paths::KE_CLUSTERS), get(list_node_pools))
+        .route(
+            &format!("{}/{{name}}", paths::KE_CLUSTERS),
+            get(get_cluster),
+        )
+        .route(
+            &format!("{}/{{name}}/kubeconfig", paths::KE_CLUSTERS),
+            get(get_kubeconfig),
+        )
+        .route(
+            &format!("{}/{{name}}/node-pools", paths::KE_CLUSTERS),
+            get(list_node_pools),
+        )
         .route(paths::KE_VERSIONS, get(list_versions))
         .route(paths::KE_IMAGES, get(list_worker_images));
     let admin = Router::new()
@@ -366,16 +438,36 @@ async fn issue_token(AxState(shared): S, headers: HeaderMap, body: Bytes) -> Res
         let json_body = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
+            .is_some_and(|v| {
+                v.trim()
+                    .to_ascii_lowercase()
+                    .starts_with("application/json")
+            });
         if !json_body {
-            return iam_error(StatusCode::BAD_REQUEST, "Bad Request", "Content-Type must be application/json");
+            return iam_error(
+                StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "Content-Type must be application/json",
+            );
         }
         let Ok(req) = serde_json::from_slice::<api::TokenRequest>(&body) else {
-            return iam_error(StatusCode::BAD_REQUEST, "Bad Request", "malformed token request");
+            return iam_error(
+                StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "malformed token request",
+            );
         };
         let identity = &req.auth.identity;
-        if !identity.methods.iter().any(|m| m == api::TokenRequest::METHOD) {
-            return iam_error(StatusCode::BAD_REQUEST, "Bad Request", "unsupported auth method");
+        if !identity
+            .methods
+            .iter()
+            .any(|m| m == api::TokenRequest::METHOD)
+        {
+            return iam_error(
+                StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "unsupported auth method",
+            );
         }
         let cred = &identity.application_credential;
         let Some(project) = s
@@ -384,24 +476,37 @@ async fn issue_token(AxState(shared): S, headers: HeaderMap, body: Bytes) -> Res
             .iter()
             .position(|p| p.credential_id == cred.id && p.credential_secret == cred.secret)
         else {
-            return iam_error(StatusCode::UNAUTHORIZED, "Unauthorized", "The request you have made requires authentication.");
+            return iam_error(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "The request you have made requires authentication.",
+            );
         };
         let token: String = {
             let mut rng = rand::rng();
-            (0..48).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+            (0..48)
+                .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+                .collect()
         };
         let issued = jiff::Timestamp::now();
         let expires = issued.checked_add(s.config.token_ttl).unwrap_or(issued);
-        lock(&s.state)
-            .tokens
-            .insert(token.clone(), TokenEntry { project, expires: Instant::now() + s.config.token_ttl });
+        lock(&s.state).tokens.insert(
+            token.clone(),
+            TokenEntry {
+                project,
+                expires: Instant::now() + s.config.token_ttl,
+            },
+        );
         let seed = &s.config.projects[project];
         let body = api::TokenResponse {
             token: api::TokenBody {
                 expires_at: expires.to_string(),
                 issued_at: Some(issued.to_string()),
                 methods: vec![api::TokenRequest::METHOD.to_string()],
-                project: Some(api::TokenProject { id: seed.id.clone(), name: Some(seed.name.clone()) }),
+                project: Some(api::TokenProject {
+                    id: seed.id.clone(),
+                    name: Some(seed.name.clone()),
+                }),
             },
         };
         let mut response = json(StatusCode::CREATED, &body);
@@ -429,18 +534,28 @@ async fn list_instances(AxState(shared): S, headers: HeaderMap, Query(q): Params
                 .iter()
                 .map(|i| &i.instance)
                 .filter(|i| {
-                    q.get("name").is_none_or(|n| i.name.as_deref().unwrap_or("").contains(n.as_str()))
+                    q.get("name")
+                        .is_none_or(|n| i.name.as_deref().unwrap_or("").contains(n.as_str()))
                         && q.get("id").is_none_or(|id| &i.id == id)
-                        && q.get("availability_zone").is_none_or(|z| i.availability_zone.as_ref() == Some(z))
+                        && q.get("availability_zone")
+                            .is_none_or(|z| i.availability_zone.as_ref() == Some(z))
                         && q.get("status").is_none_or(|st| {
-                            i.status.as_ref().is_some_and(|have| *have == api::InstanceStatus::parse(st))
+                            i.status
+                                .as_ref()
+                                .is_some_and(|have| *have == api::InstanceStatus::parse(st))
                         })
                 })
                 .cloned()
                 .collect()
         };
         match paginate(items, &q, &s.config) {
-            Ok((instances, pagination)) => json(StatusCode::OK, &api::InstanceList { instances, pagination }),
+            Ok((instances, pagination)) => json(
+                StatusCode::OK,
+                &api::InstanceList {
+                    instances,
+                    pagination,
+                },
+            ),
             Err(r) => r,
         }
     })
@@ -455,15 +570,29 @@ async fn get_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<Str
             Err(r) => return r,
         };
         let st = lock(&s.state);
-        match st.projects[project].instances.iter().find(|i| i.instance.id == id) {
-            Some(i) => json(StatusCode::OK, &api::InstanceResponse { instance: i.instance.clone() }),
+        match st.projects[project]
+            .instances
+            .iter()
+            .find(|i| i.instance.id == id)
+        {
+            Some(i) => json(
+                StatusCode::OK,
+                &api::InstanceResponse {
+                    instance: i.instance.clone(),
+                },
+            ),
             None => not_found(&format!("instance {id}")),
         }
     })
     .await
 }
 
-async fn update_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<String>, body: Bytes) -> Response {
+async fn update_instance(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
     let s = Arc::clone(&shared);
     run(&shared, routes::INSTANCES_UPDATE, async move {
         let project = match s.authenticate(&headers) {
@@ -481,10 +610,17 @@ async fn update_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<
         if let Some(d) = &req.instance.description
             && d.chars().count() > api::INSTANCE_DESCRIPTION_MAX
         {
-            return invalid(&format!("description is longer than {} characters", api::INSTANCE_DESCRIPTION_MAX));
+            return invalid(&format!(
+                "description is longer than {} characters",
+                api::INSTANCE_DESCRIPTION_MAX
+            ));
         }
         let mut st = lock(&s.state);
-        let Some(i) = st.projects[project].instances.iter_mut().find(|i| i.instance.id == id) else {
+        let Some(i) = st.projects[project]
+            .instances
+            .iter_mut()
+            .find(|i| i.instance.id == id)
+        else {
             return not_found(&format!("instance {id}"));
         };
         if let Some(name) = req.instance.name {
@@ -494,12 +630,21 @@ async fn update_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<
             i.instance.description = Some(d);
         }
         i.instance.updated_at = Some(now_rfc3339());
-        json(StatusCode::OK, &api::InstanceResponse { instance: i.instance.clone() })
+        json(
+            StatusCode::OK,
+            &api::InstanceResponse {
+                instance: i.instance.clone(),
+            },
+        )
     })
     .await
 }
 
-async fn delete_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn delete_instance(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     let s = Arc::clone(&shared);
     run(&shared, routes::INSTANCES_DELETE, async move {
         let project = match s.authenticate(&headers) {
@@ -507,7 +652,11 @@ async fn delete_instance(AxState(shared): S, headers: HeaderMap, Path(id): Path<
             Err(r) => return r,
         };
         let mut st = lock(&s.state);
-        let Some(pos) = st.projects[project].instances.iter().position(|i| i.instance.id == id) else {
+        let Some(pos) = st.projects[project]
+            .instances
+            .iter()
+            .position(|i| i.instance.id == id)
+        else {
             return not_found(&format!("instance {id}"));
         };
         let mut gone = st.projects[project].instances.remove(pos);
@@ -547,7 +696,11 @@ async fn create_instance(AxState(shared): S, headers: HeaderMap, body: Bytes) ->
     .await
 }
 
-fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(api::CreateInstanceResponse, String), Response> {
+fn create(
+    s: &Arc<Shared>,
+    project: usize,
+    req: api::CreateInstance,
+) -> Result<(api::CreateInstanceResponse, String), Response> {
     let seed = &s.config.projects[project];
     if !naming::is_valid_instance_name(&req.name) {
         return Err(invalid("invalid instance name"));
@@ -555,7 +708,11 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
     if req.count.is_some_and(|c| c != 1) {
         return Err(invalid("only count 1 is supported"));
     }
-    if req.description.as_ref().is_some_and(|d| d.chars().count() > api::INSTANCE_DESCRIPTION_MAX) {
+    if req
+        .description
+        .as_ref()
+        .is_some_and(|d| d.chars().count() > api::INSTANCE_DESCRIPTION_MAX)
+    {
         return Err(invalid("description too long"));
     }
     // By ID only, as the real API: a controller passing a flavor *name*
@@ -584,7 +741,10 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
     }
     for sg in &req.security_groups {
         if !seed.security_groups.contains(&sg.name) {
-            return Err(invalid(&format!("security group {} does not exist", sg.name)));
+            return Err(invalid(&format!(
+                "security group {} does not exist",
+                sg.name
+            )));
         }
     }
     let user_data = match &req.user_data {
@@ -601,15 +761,23 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
         .find(|sn| sn.id == subnet_ref.id)
         .cloned()
         .ok_or_else(|| invalid("unknown subnet"))?;
-    let zone = req.availability_zone.clone().unwrap_or_else(|| subnet.zone.clone());
+    let zone = req
+        .availability_zone
+        .clone()
+        .unwrap_or_else(|| subnet.zone.clone());
     if zone != subnet.zone {
-        return Err(invalid("availability_zone does not match the subnet's zone"));
+        return Err(invalid(
+            "availability_zone does not match the subnet's zone",
+        ));
     }
     if !flavor.zones.contains(&zone) {
         return Err(error(
             StatusCode::CONFLICT,
             error_codes::INSUFFICIENT_CAPACITY,
-            &format!("insufficient capacity: {} is not offered in {zone}", flavor.name),
+            &format!(
+                "insufficient capacity: {} is not offered in {zone}",
+                flavor.name
+            ),
         ));
     }
     // Quotas: instances and vCPUs of live (not deleted) instances.
@@ -617,10 +785,18 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
     let count = live.len();
     let vcpus: u32 = live.iter().map(|i| i.flavor.vcpus).sum();
     if count >= seed.quota.max_instances as usize {
-        return Err(error(StatusCode::FORBIDDEN, error_codes::QUOTA_EXCEEDED, "quota exceeded for instances"));
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            error_codes::QUOTA_EXCEEDED,
+            "quota exceeded for instances",
+        ));
     }
     if vcpus + flavor.vcpus > seed.quota.max_vcpus {
-        return Err(error(StatusCode::FORBIDDEN, error_codes::QUOTA_EXCEEDED, "quota exceeded for cores (vCPU)"));
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            error_codes::QUOTA_EXCEEDED,
+            "quota exceeded for cores (vCPU)",
+        ));
     }
     let key = (flavor.id.clone(), zone.clone());
     let left = st.available.get(&key).copied().unwrap_or(0);
@@ -658,7 +834,10 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
             public_ip: None,
             network_interface_id: Some(random_uuid()),
         }],
-        image: Some(api::InstanceImage { id: req.image_id.clone(), name: Some(image_name) }),
+        image: Some(api::InstanceImage {
+            id: req.image_id.clone(),
+            name: Some(image_name),
+        }),
         vm_state: Some("building".into()),
         status: Some(api::InstanceStatus::Building),
         project_id: Some(seed.id.clone()),
@@ -674,15 +853,25 @@ fn create(s: &Arc<Shared>, project: usize, req: api::CreateInstance) -> Result<(
         security_groups: req
             .security_groups
             .iter()
-            .map(|sg| api::InstanceSecurityGroup { id: sg_id(&seed.id, &sg.name), name: Some(sg.name.clone()) })
+            .map(|sg| api::InstanceSecurityGroup {
+                id: sg_id(&seed.id, &sg.name),
+                name: Some(sg.name.clone()),
+            })
             .collect(),
         instance_type: Some("vm".into()),
         created_at: Some(now.clone()),
         updated_at: Some(now),
     };
-    st.projects[project].instances.push(SimInstance { instance, user_data, flavor });
+    st.projects[project].instances.push(SimInstance {
+        instance,
+        user_data,
+        flavor,
+    });
     let response = api::CreateInstanceResponse {
-        instance: api::CreatedInstance { id: id.clone(), security_groups: req.security_groups.clone() },
+        instance: api::CreatedInstance {
+            id: id.clone(),
+            security_groups: req.security_groups.clone(),
+        },
     };
     Ok((response, id))
 }
@@ -706,7 +895,11 @@ fn schedule_boot(s: &Arc<Shared>, id: String) {
         tokio::time::sleep(delay).await;
         let booted = finish_boot(&shared, &id);
         if let Some(booted) = booted {
-            let hook = shared.hook.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let hook = shared
+                .hook
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             if let Some(hook) = hook {
                 hook(booted).await;
             }
@@ -721,11 +914,12 @@ fn schedule_boot(s: &Arc<Shared>, id: String) {
 /// instance when it went ACTIVE.
 fn finish_boot(s: &Shared, id: &str) -> Option<BootedInstance> {
     let mut st = lock(&s.state);
-    let (project, inst) = st
-        .projects
-        .iter_mut()
-        .enumerate()
-        .find_map(|(p, ps)| ps.instances.iter_mut().find(|i| i.instance.id == id).map(|i| (p, i)))?;
+    let (project, inst) = st.projects.iter_mut().enumerate().find_map(|(p, ps)| {
+        ps.instances
+            .iter_mut()
+            .find(|i| i.instance.id == id)
+            .map(|i| (p, i))
+    })?;
     if inst.instance.status != Some(api::InstanceStatus::Building) {
         return None;
     }
@@ -754,7 +948,12 @@ fn finish_boot(s: &Shared, id: &str) -> Option<BootedInstance> {
         },
         zone: inst.instance.availability_zone.clone().unwrap_or_default(),
         user_data: inst.user_data.clone(),
-        image_id: inst.instance.image.as_ref().map(|i| i.id.clone()).unwrap_or_default(),
+        image_id: inst
+            .instance
+            .image
+            .as_ref()
+            .map(|i| i.id.clone())
+            .unwrap_or_default(),
         private_ip: inst
             .instance
             .addresses
@@ -781,14 +980,28 @@ async fn list_flavors(AxState(shared): S, headers: HeaderMap, Query(q): Params) 
                     let available = f
                         .zones
                         .iter()
-                        .map(|z| (z.clone(), st.available.get(&(f.id.clone(), z.clone())).copied().unwrap_or(0)))
+                        .map(|z| {
+                            (
+                                z.clone(),
+                                st.available
+                                    .get(&(f.id.clone(), z.clone()))
+                                    .copied()
+                                    .unwrap_or(0),
+                            )
+                        })
                         .collect();
                     f.to_api(&available)
                 })
                 .collect()
         };
         match paginate(flavors, &q, &s.config) {
-            Ok((flavors, pagination)) => json(StatusCode::OK, &api::FlavorList { flavors, pagination }),
+            Ok((flavors, pagination)) => json(
+                StatusCode::OK,
+                &api::FlavorList {
+                    flavors,
+                    pagination,
+                },
+            ),
             Err(r) => r,
         }
     })
@@ -809,12 +1022,20 @@ async fn list_keypairs(AxState(shared): S, headers: HeaderMap, Query(q): Params)
                 id: format!("kp-{name}"),
                 name: Some(name.clone()),
                 fingerprint: Some("SHA256:c2ltdWxhdGVkLWtleS1maW5nZXJwcmludA".into()),
-                public_key: Some(format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAISIMULATED {name}")),
+                public_key: Some(format!(
+                    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAISIMULATED {name}"
+                )),
                 key_type: Some("ssh".into()),
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((keypairs, pagination)) => json(StatusCode::OK, &api::KeyPairList { keypairs, pagination }),
+            Ok((keypairs, pagination)) => json(
+                StatusCode::OK,
+                &api::KeyPairList {
+                    keypairs,
+                    pagination,
+                },
+            ),
             Err(r) => r,
         }
     })
@@ -845,14 +1066,24 @@ async fn list_subnets(AxState(shared): S, headers: HeaderMap, Query(q): Params) 
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((subnets, pagination)) => json(StatusCode::OK, &api::SubnetList { subnets, pagination }),
+            Ok((subnets, pagination)) => json(
+                StatusCode::OK,
+                &api::SubnetList {
+                    subnets,
+                    pagination,
+                },
+            ),
             Err(r) => r,
         }
     })
     .await
 }
 
-async fn list_security_groups(AxState(shared): S, headers: HeaderMap, Query(q): Params) -> Response {
+async fn list_security_groups(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Query(q): Params,
+) -> Response {
     let s = Arc::clone(&shared);
     run(&shared, routes::SECURITY_GROUPS, async move {
         let project = match s.authenticate(&headers) {
@@ -872,9 +1103,13 @@ async fn list_security_groups(AxState(shared): S, headers: HeaderMap, Query(q): 
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((security_groups, pagination)) => {
-                json(StatusCode::OK, &api::SecurityGroupList { security_groups, pagination })
-            }
+            Ok((security_groups, pagination)) => json(
+                StatusCode::OK,
+                &api::SecurityGroupList {
+                    security_groups,
+                    pagination,
+                },
+            ),
             Err(r) => r,
         }
     })
@@ -923,7 +1158,9 @@ async fn list_images(AxState(shared): S, headers: HeaderMap, Query(q): Params) -
             items.retain(|i| i.name.as_deref().unwrap_or("").contains(name.as_str()));
         }
         match paginate(items, &q, &s.config) {
-            Ok((images, pagination)) => json(StatusCode::OK, &api::ImageList { images, pagination }),
+            Ok((images, pagination)) => {
+                json(StatusCode::OK, &api::ImageList { images, pagination })
+            }
             Err(r) => r,
         }
     })
@@ -964,10 +1201,15 @@ fn cluster_of(s: &Shared, project: usize, name: &str) -> Result<api::Cluster, Re
             eol: String::new(),
             next_version: String::new(),
         },
-        status: api::ClusterStatus { phase: "Provisioned".into() },
+        status: api::ClusterStatus {
+            phase: "Provisioned".into(),
+        },
         failure_message: None,
         is_upgradable: false,
-        vpc_info: api::VpcInfo { id: catalog::vpc_id(&seed.id), subnets },
+        vpc_info: api::VpcInfo {
+            id: catalog::vpc_id(&seed.id),
+            subnets,
+        },
         control_plane_endpoint: Some(api::ControlPlaneEndpoint { host, port }),
     })
 }
@@ -987,7 +1229,11 @@ async fn get_cluster(AxState(shared): S, headers: HeaderMap, Path(name): Path<St
     .await
 }
 
-async fn get_kubeconfig(AxState(shared): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+async fn get_kubeconfig(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     let s = Arc::clone(&shared);
     run(&shared, routes::KE_KUBECONFIG, async move {
         let project = match s.authenticate(&headers) {
@@ -1000,13 +1246,20 @@ async fn get_kubeconfig(AxState(shared): S, headers: HeaderMap, Path(name): Path
         let (host, port, ca) = s.cluster_endpoint(project);
         let yaml = api::render_kubeconfig(&name, &format!("https://{host}:{port}"), ca.as_bytes());
         let mut r = (StatusCode::OK, yaml).into_response();
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/yaml"),
+        );
         r
     })
     .await
 }
 
-async fn list_node_pools(AxState(shared): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+async fn list_node_pools(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     let s = Arc::clone(&shared);
     run(&shared, routes::KE_NODE_POOLS, async move {
         let project = match s.authenticate(&headers) {
@@ -1018,7 +1271,11 @@ async fn list_node_pools(AxState(shared): S, headers: HeaderMap, Path(name): Pat
             Err(r) => return r,
         };
         let seed = &s.config.projects[project];
-        let version = s.config.versions.iter().find(|v| v.minor == seed.cluster.kubernetes_version);
+        let version = s
+            .config
+            .versions
+            .iter()
+            .find(|v| v.minor == seed.cluster.kubernetes_version);
         let image = version.and_then(|v| catalog::worker_images(v).into_iter().next());
         let flavor = s.find_flavor("m2a.large");
         let pools = match (image, flavor) {
@@ -1035,7 +1292,11 @@ async fn list_node_pools(AxState(shared): S, headers: HeaderMap, Path(name): Pat
                 image,
                 security_groups: seed.security_groups.clone(),
                 ssh_key_name: seed.key_pairs.first().cloned().unwrap_or_default(),
-                status: api::NodePoolStatus { phase: "Running".into(), available_nodes: 1, unavailable_nodes: 0 },
+                status: api::NodePoolStatus {
+                    phase: "Running".into(),
+                    available_nodes: 1,
+                    unavailable_nodes: 0,
+                },
                 version: cluster.version.patch_version.clone(),
                 volume_size: 50,
                 vpc_info: cluster.vpc_info.clone(),
@@ -1116,8 +1377,12 @@ async fn admin_requests(AxState(shared): S) -> Response {
 async fn admin_endpoints(AxState(shared): S) -> Response {
     let endpoints: BTreeMap<&str, String> = karpenter_kakaocloud::kakaocloud::Service::ALL
         .iter()
-        .map(|svc| (svc.as_str(), format!("{}/{}", shared.base_url, svc.as_str())))
+        .map(|svc| {
+            (
+                svc.as_str(),
+                format!("{}/{}", shared.base_url, svc.as_str()),
+            )
+        })
         .collect();
     json(StatusCode::OK, &endpoints)
 }
-

@@ -26,11 +26,29 @@ fn service_calls(sim: &Simulator) -> Vec<(reqwest::Method, String)> {
         (Method::GET, ep("vpc", "/api/v1/subnets")),
         (Method::GET, ep("network", "/api/v1/security-groups")),
         (Method::GET, ep("image", "/api/v1/images")),
-        (Method::GET, ep("kubernetes-engine", "/api/v1/clusters/demo-cluster")),
-        (Method::GET, ep("kubernetes-engine", "/api/v1/clusters/demo-cluster/kubeconfig")),
-        (Method::GET, ep("kubernetes-engine", "/api/v1/clusters/demo-cluster/node-pools")),
+        (
+            Method::GET,
+            ep("kubernetes-engine", "/api/v1/clusters/demo-cluster"),
+        ),
+        (
+            Method::GET,
+            ep(
+                "kubernetes-engine",
+                "/api/v1/clusters/demo-cluster/kubeconfig",
+            ),
+        ),
+        (
+            Method::GET,
+            ep(
+                "kubernetes-engine",
+                "/api/v1/clusters/demo-cluster/node-pools",
+            ),
+        ),
         (Method::GET, ep("kubernetes-engine", "/api/v1/versions")),
-        (Method::GET, ep("kubernetes-engine", "/api/v1/images?k8s_version=1.35")),
+        (
+            Method::GET,
+            ep("kubernetes-engine", "/api/v1/images?k8s_version=1.35"),
+        ),
     ]
 }
 
@@ -40,7 +58,10 @@ async fn every_service_route_requires_a_valid_token() {
     let http = http();
     for (method, url) in service_calls(&sim) {
         for token in [None, Some("forged-token")] {
-            let mut req = http.request(method.clone(), &url).header("content-type", "application/json").body("{}");
+            let mut req = http
+                .request(method.clone(), &url)
+                .header("content-type", "application/json")
+                .body("{}");
             if let Some(t) = token {
                 req = req.header("X-Auth-Token", t);
             }
@@ -63,17 +84,40 @@ async fn token_request_needs_json_content_type_and_right_secret() {
             "application_credential":{"id":"test-cred-id","secret":secret}}}})
         .to_string()
     };
-    let plain = http.post(&url).body(body("test-cred-secret")).send().await.unwrap();
+    let plain = http
+        .post(&url)
+        .body(body("test-cred-secret"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(plain.status(), 400, "no Content-Type");
-    let wrong = http.post(&url).header("content-type", "application/json").body(body("nope")).send().await.unwrap();
+    let wrong = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body("nope"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 401);
-    let ok = http.post(&url).header("content-type", "application/json").body(body("test-cred-secret")).send().await.unwrap();
+    let ok = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body("test-cred-secret"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ok.status(), 201);
-    let token = ok.headers()["X-Subject-Token"].to_str().unwrap().to_string();
+    let token = ok.headers()["X-Subject-Token"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let body: serde_json::Value = ok.json().await.unwrap();
     assert_eq!(body["token"]["project"]["id"], "proj-1");
     let flavors = http
-        .get(format!("{}/bcs/api/v1/flavors?limit=2&offset=1", sim.base_url()))
+        .get(format!(
+            "{}/bcs/api/v1/flavors?limit=2&offset=1",
+            sim.base_url()
+        ))
         .header("X-Auth-Token", &token)
         .send()
         .await
@@ -82,7 +126,10 @@ async fn token_request_needs_json_content_type_and_right_secret() {
     let page: serde_json::Value = flavors.json().await.unwrap();
     assert_eq!(page["flavors"].as_array().unwrap().len(), 2);
     assert_eq!(page["pagination"]["offset"], 1);
-    assert_eq!(page["pagination"]["total"], SimConfig::default().flavors.len());
+    assert_eq!(
+        page["pagination"]["total"],
+        SimConfig::default().flavors.len()
+    );
     sim.shutdown().await;
 }
 
@@ -101,15 +148,32 @@ async fn admin_endpoint_injects_faults() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let flavors = http.get(format!("{}/bcs/api/v1/flavors", sim.base_url())).send().await.unwrap();
+    let flavors = http
+        .get(format!("{}/bcs/api/v1/flavors", sim.base_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(flavors.status(), 429);
     assert_eq!(flavors.headers()["retry-after"], "2");
-    let subnets = http.get(format!("{}/vpc/api/v1/subnets", sim.base_url())).send().await.unwrap();
+    let subnets = http
+        .get(format!("{}/vpc/api/v1/subnets", sim.base_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(subnets.status(), 503);
     // Faults are one-shot: the next call reaches the token check.
-    let again = http.get(format!("{}/bcs/api/v1/flavors", sim.base_url())).send().await.unwrap();
+    let again = http
+        .get(format!("{}/bcs/api/v1/flavors", sim.base_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 401);
-    let bad = http.post(&admin).body("{\"kind\":\"nonsense\"}").send().await.unwrap();
+    let bad = http
+        .post(&admin)
+        .body("{\"kind\":\"nonsense\"}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     sim.shutdown().await;
 }
@@ -130,7 +194,10 @@ fn binary_prints_its_endpoints_as_json() {
     read.unwrap();
     let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
     let bcs = v["endpoints"]["bcs"].as_str().unwrap();
-    assert!(bcs.starts_with("http://127.0.0.1:") && bcs.ends_with("/bcs"), "{bcs}");
+    assert!(
+        bcs.starts_with("http://127.0.0.1:") && bcs.ends_with("/bcs"),
+        "{bcs}"
+    );
     assert_eq!(v["applicationCredentialId"], "test-cred-id");
     assert_eq!(v["endpoints"].as_object().unwrap().len(), 7);
 }
