@@ -194,6 +194,11 @@ mod tests {
             })
             .inc();
         m.observe_cloud("Create", 0.2, Some("InsufficientCapacity"));
+        m.scheduling_duration
+            .get_or_create(&ControllerLabel {
+                controller: "provisioner".into(),
+            })
+            .observe(0.05);
         let text = render(&registry);
         assert!(
             text.contains(
