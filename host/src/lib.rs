@@ -9,6 +9,7 @@ pub mod disruption;
 pub mod kakaocloud;
 pub mod lifecycle;
 pub mod metrics;
+pub mod nodeclass;
 pub mod operator;
 pub mod ownership;
 pub mod provisioning;
