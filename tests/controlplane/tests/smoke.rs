@@ -77,6 +77,11 @@ async fn wait_running(pods: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
 
 #[tokio::test]
 async fn kwok_runs_pods_and_scheduler_places_them() -> anyhow::Result<()> {
+    // Not an assertion: the start time is reported for docs/testing.md (`--nocapture`).
+    eprintln!(
+        "shared control plane started in {:.2} s",
+        controlplane::shared().await.started_in().as_secs_f64()
+    );
     let cp = controlplane::shared().await;
     let client = cp.client().await;
     let namespace = cp.fresh_namespace("smoke").await?;
