@@ -811,7 +811,6 @@ pub async fn run(ctx: Arc<Context>) {
             (r.group == kcnodeclass::GROUP && r.kind == kcnodeclass::KIND)
                 .then(|| ObjectRef::<KCNodeClass>::new(&r.name))
         })
-        .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {

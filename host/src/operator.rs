@@ -1,5 +1,6 @@
 //! Wiring: given a kube client, a KakaoCloud client and the settings, start the cluster-state
-//! watches, the provisioning controller and the NodeClaim lifecycle controller.
+//! watches, the KCNodeClass controller, the provisioning controller and the NodeClaim lifecycle
+//! controller.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::kakaocloud;
 use crate::lifecycle::bootstrap::ca_cert_hash;
 use crate::lifecycle::{JoinInfo, KubeadmRenderer, Lifecycle, UserdataRenderer};
 use crate::metrics::Metrics;
+use crate::nodeclass;
 use crate::ownership::KeyringHandle;
 use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
 use crate::provisioning::controller::Provisioner;
@@ -140,6 +142,9 @@ impl Operator {
             metrics.clone(),
             recorder.clone(),
         ));
+        let classes =
+            nodeclass::Context::new(kube.clone(), cloud.clone(), settings.cluster_name.clone());
+        let class_task = tokio::spawn(nodeclass::run(Arc::new(classes)));
         let lifecycle = Arc::new(Lifecycle {
             client: kube.clone(),
             cloud,
@@ -173,7 +178,7 @@ impl Operator {
             provisioner,
             lifecycle,
             metrics,
-            tasks: vec![forward, prov_task, life_task],
+            tasks: vec![class_task, forward, prov_task, life_task],
         })
     }
 

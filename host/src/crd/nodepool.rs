@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::common::{NodeClassRef, Taint, node_class_ref_immutable_kind};
 use super::duration::{BUDGET_DURATION_PATTERN, KDuration, NillableDuration};
-use super::requirement::{Requirement, requirements_rules};
+use super::requirement::{Requirement, nodepool_requirements_rules};
 use super::schema::{LABEL_VALUE_PATTERN, add_rules, atomic_list, conditions_list};
 
 /// Longest NodePool name: the instance name also carries the cluster and NodeClaim.
@@ -142,7 +142,7 @@ pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = atomic_list)]
     pub startup_taints: Vec<Taint>,
-    #[schemars(transform = requirements_rules)]
+    #[schemars(transform = nodepool_requirements_rules)]
     pub requirements: Vec<Requirement>,
     #[schemars(transform = node_class_ref_immutable_kind)]
     pub node_class_ref: NodeClassRef,

@@ -49,10 +49,6 @@ fn key_rules(schema: &mut Schema) {
                 r#"label domain "karpenter.sh" is restricted"#,
             ),
             (
-                r#"self != "karpenter.sh/nodepool""#,
-                r#"label "karpenter.sh/nodepool" is restricted"#,
-            ),
-            (
                 r#"self != "kubernetes.io/hostname""#,
                 r#"label "kubernetes.io/hostname" is restricted"#,
             ),
@@ -80,6 +76,19 @@ pub(crate) fn requirements_rules(schema: &mut Schema) {
         ],
     );
     schema.insert("maxItems".into(), json!(100));
+}
+
+/// A NodePool's requirements may not name `karpenter.sh/nodepool`: the host sets it on the
+/// NodeClaims it creates (so, unlike upstream's shared key rule, it is allowed there).
+pub(crate) fn nodepool_requirements_rules(schema: &mut Schema) {
+    requirements_rules(schema);
+    add_rules(
+        schema,
+        &[(
+            r#"self.all(x, x.key != "karpenter.sh/nodepool")"#,
+            r#"label "karpenter.sh/nodepool" is restricted"#,
+        )],
+    );
 }
 
 impl Requirement {

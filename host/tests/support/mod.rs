@@ -1,0 +1,346 @@
+//! A whole cluster for end-to-end tests: a private control plane, the KakaoCloud simulator whose
+//! boot hook plays the kubelet, and the controller's operator, wired the way `main` wires them.
+//!
+//! The simulated kubelet registers a Node for each instance that boots, from the instance's real
+//! rendered userdata (name, labels, taints), with the flavor's capacity, the providerID kubelet
+//! would report and the kwok annotation, so kwok then keeps it Ready and runs its pods.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kakaocloud_sim::{BootedInstance, SimConfig, Simulator};
+use karpenter_kakaocloud::config::Settings;
+use karpenter_kakaocloud::crd;
+use karpenter_kakaocloud::kakaocloud;
+use karpenter_kakaocloud::lifecycle::bootstrap::ca_cert_hash;
+use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
+use karpenter_kakaocloud::lifecycle::{JoinInfo, UserdataRenderer};
+use karpenter_kakaocloud::metrics::Metrics;
+use karpenter_kakaocloud::operator::{Operator, Plugins};
+use karpenter_kakaocloud::ownership::{Keyring, KeyringHandle};
+use karpenter_kakaocloud::provisioning::InstanceRanker;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+pub const CLUSTER: &str = "demo-cluster";
+pub const SUBNETS: [&str; 3] = ["subnet-proj-1-a", "subnet-proj-1-b", "subnet-proj-1-c"];
+pub const WORKER_SG: &str = "sg-proj-1-demo-cluster-worker";
+pub const DEADLINE: Duration = Duration::from_secs(90);
+pub const KEYRING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#;
+
+const GUIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/install-guide");
+
+/// What differs between tests.
+pub struct Options {
+    pub settings: Settings,
+    pub sim: SimConfig,
+    pub ranker: Option<Arc<dyn InstanceRanker>>,
+    pub renderer: Option<Arc<dyn UserdataRenderer>>,
+    /// Register Nodes for booted instances (off to test registration timeouts).
+    pub kubelets: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let mut settings = Settings::for_cluster(CLUSTER);
+        settings.batch_idle = Duration::from_millis(300);
+        settings.batch_max = Duration::from_secs(3);
+        settings.cni = "calico".into();
+        Options {
+            settings,
+            sim: SimConfig::default(),
+            ranker: None,
+            renderer: None,
+            kubelets: true,
+        }
+    }
+}
+
+pub struct Env {
+    pub cp: controlplane::ControlPlane,
+    pub sim: Simulator,
+    pub kube: kube::Client,
+    pub cloud: kakaocloud::Client,
+    pub keyring: KeyringHandle,
+    pub settings: Settings,
+    pub join: JoinInfo,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
+    pub operator: Option<Operator>,
+    ranker: Option<Arc<dyn InstanceRanker>>,
+    renderer: Option<Arc<dyn UserdataRenderer>>,
+}
+
+impl Env {
+    /// Starts everything and applies nothing; see [`Env::apply_guide`].
+    pub async fn start(options: Options) -> Env {
+        kakaocloud::install_crypto_provider();
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("TEST_LOG")
+                    .unwrap_or_else(|_| "karpenter_kakaocloud=info,kakaocloud_sim=info".into()),
+            )
+            .try_init();
+        let cp = controlplane::start(controlplane::Options::default())
+            .await
+            .expect("control plane starts");
+        cp.install_crds(&crd::all()).await.expect("CRDs install");
+        let kube = cp.client().await;
+        let sim = Simulator::start(options.sim)
+            .await
+            .expect("simulator starts");
+        if options.kubelets {
+            let client = kube.clone();
+            sim.set_boot_hook(move |booted| {
+                let client = client.clone();
+                Box::pin(async move { register_node(&client, &booted).await })
+            });
+        }
+        let cloud =
+            kakaocloud::Client::new(sim.client_config(), sim.credentials()).expect("client");
+        let keyring = KeyringHandle::new(Keyring::from_json(KEYRING.as_bytes()).expect("keyring"));
+        let ca_pem = cp.ca_pem().to_owned();
+        let join = JoinInfo {
+            api_endpoint: cp.server_url().to_owned(),
+            ca_hash: ca_cert_hash(&ca_pem).expect("CA hash"),
+            ca_pem,
+        };
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let mut env = Env {
+            cp,
+            sim,
+            kube,
+            cloud,
+            keyring,
+            settings: options.settings,
+            join,
+            metrics,
+            registry: Arc::new(std::sync::Mutex::new(registry)),
+            operator: None,
+            ranker: options.ranker,
+            renderer: options.renderer,
+        };
+        env.start_operator().await;
+        env
+    }
+
+    /// Starts (or restarts) the controllers, as a new process would.
+    pub async fn start_operator(&mut self) {
+        self.stop_operator();
+        let mut plugins = Plugins::default();
+        if let Some(r) = &self.ranker {
+            plugins.ranker = r.clone();
+        }
+        if let Some(r) = &self.renderer {
+            plugins.renderer = r.clone();
+        }
+        let op = Operator::start(
+            self.kube.clone(),
+            self.cloud.clone(),
+            self.settings.clone(),
+            self.keyring.clone(),
+            self.join.clone(),
+            plugins,
+            self.metrics.clone(),
+        )
+        .await
+        .expect("operator starts");
+        self.operator = Some(op);
+    }
+
+    pub fn stop_operator(&mut self) {
+        if let Some(op) = self.operator.take() {
+            op.stop();
+        }
+    }
+
+    /// Applies YAML with kubectl (server-side validation, like the guide's `kubectl apply`).
+    pub fn kubectl_apply(&self, yaml: &str) {
+        use std::io::Write;
+        let mut child = self
+            .cp
+            .kubectl()
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.cp.kubectl().args(args).output().expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The install guide's KCNodeClass (all three subnets) and NodePool, waiting for the class
+    /// to be Ready.
+    pub async fn apply_guide(&self) {
+        self.kubectl_apply(&guide_class());
+        self.kubectl_apply(&guide_file("nodepool.yaml"));
+        self.wait_class_ready("karpenter-default").await;
+    }
+
+    pub async fn wait_class_ready(&self, name: &str) {
+        let api: Api<crd::KCNodeClass> = Api::all(self.kube.clone());
+        eventually(&format!("KCNodeClass {name} Ready"), || async {
+            let class = api.get_opt(name).await.ok()??;
+            let ready = class
+                .status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(())
+        })
+        .await;
+    }
+
+    pub async fn nodeclaims(&self) -> Vec<crd::NodeClaim> {
+        let api: Api<crd::NodeClaim> = Api::all(self.kube.clone());
+        api.list(&Default::default())
+            .await
+            .expect("list NodeClaims")
+            .items
+    }
+
+    pub async fn nodes(&self) -> Vec<Node> {
+        let api: Api<Node> = Api::all(self.kube.clone());
+        api.list(&Default::default())
+            .await
+            .expect("list Nodes")
+            .items
+    }
+
+    /// Active (not deleted) instances of the simulator.
+    pub fn instances(&self) -> Vec<kakaocloud::api::Instance> {
+        self.sim.instances()
+    }
+
+    pub fn metrics_text(&self) -> String {
+        karpenter_kakaocloud::metrics::render(&self.registry.lock().unwrap())
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.stop_operator();
+    }
+}
+
+pub fn guide_file(name: &str) -> String {
+    std::fs::read_to_string(format!("{GUIDE}/{name}")).expect("guide file")
+}
+
+/// The guide's class, pointed at every subnet of the simulator (the guide names one; the zone
+/// spread tests need three).
+pub fn guide_class() -> String {
+    let yaml = guide_file("kcnodeclass.yaml")
+        .replace("<SUBNET_ID>", SUBNETS[0])
+        .replace("<WORKER_SECURITY_GROUP_ID>", WORKER_SG)
+        .replace("<KUBERNETES_MAJOR.MINOR>", "1.35");
+    let mut v: Value = serde_yaml::from_str(&yaml).unwrap();
+    v["spec"]["subnetSelectorTerms"] =
+        json!(SUBNETS.iter().map(|s| json!({"id": s})).collect::<Vec<_>>());
+    serde_json::to_string(&v).unwrap()
+}
+
+/// Polls `check` every 100 ms until it gives `Some`, failing after [`DEADLINE`].
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What kubelet does on first start: register the Node from the userdata's JoinConfiguration.
+pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
+    let Some(userdata) = booted.user_data.as_deref() else {
+        tracing::warn!(instance = %booted.id, "booted without userdata: no kubelet");
+        return;
+    };
+    let reg = parse_registration(userdata);
+    let name = reg.node_name.clone().unwrap_or_else(|| booted.name.clone());
+    let mut labels = reg.labels.clone();
+    labels.insert("kubernetes.io/hostname".into(), name.clone());
+    labels.insert("kubernetes.io/os".into(), "linux".into());
+    labels.insert("kubernetes.io/arch".into(), "amd64".into());
+    labels.insert(
+        "node.kubernetes.io/instance-type".into(),
+        booted.flavor.name.clone(),
+    );
+    labels.insert("topology.kubernetes.io/zone".into(), booted.zone.clone());
+    let mut capacity = BTreeMap::new();
+    capacity.insert("cpu".to_owned(), Quantity(booted.flavor.vcpus.to_string()));
+    capacity.insert(
+        "memory".to_owned(),
+        Quantity(format!("{}Mi", booted.flavor.memory_mib)),
+    );
+    capacity.insert("pods".to_owned(), Quantity("110".into()));
+    capacity.insert("ephemeral-storage".to_owned(), Quantity("50Gi".into()));
+    if booted.flavor.gpus > 0 {
+        capacity.insert(
+            "nvidia.com/gpu".to_owned(),
+            Quantity(booted.flavor.gpus.to_string()),
+        );
+    }
+    let (ann_key, ann_value) = controlplane::KWOK_NODE_ANNOTATION;
+    let node = Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(labels),
+            annotations: Some([(ann_key.to_owned(), ann_value.to_owned())].into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(karpenter_kakaocloud::lifecycle::provider_id(
+                &booted.zone,
+                &booted.id,
+            )),
+            taints: (!reg.taints.is_empty()).then_some(reg.taints.clone()),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            allocatable: Some(capacity.clone()),
+            capacity: Some(capacity),
+            ..Default::default()
+        }),
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    if let Err(e) = nodes.create(&PostParams::default(), &node).await {
+        tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
+    }
+}
