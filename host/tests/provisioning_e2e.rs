@@ -143,3 +143,312 @@ async fn install_guide_step_5_runs_the_demo_on_new_nodes() {
         "{text}"
     );
 }
+
+use std::time::Duration;
+
+use kakaocloud_sim::routes;
+use serde_json::json;
+use support::{deployment, label, nodepool};
+
+fn small() -> serde_json::Value {
+    json!({"requests": {"cpu": "1", "memory": "2Gi"}})
+}
+
+/// Each pod of `app` on a node of its own.
+fn one_per_node(app: &str) -> serde_json::Value {
+    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}
+    ]}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodepool_limits_stop_provisioning_with_an_event() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&nodepool("limited", json!({}), Some(json!({"cpu": "4"}))));
+    let ns = env.cp.fresh_namespace("limits").await.unwrap();
+    env.apply_in(&ns, &deployment("many", 8, "limited", small(), json!({})));
+
+    let events = eventually("a NodePoolLimitsExceeded event", || async {
+        let events = env.events("NodePoolLimitsExceeded").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    let regarding = events[0].regarding.clone().unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("NodePool"));
+    assert_eq!(regarding.name.as_deref(), Some("limited"));
+
+    // What was launched stays within the limit, and the rest of the pods wait.
+    let claims = env.claims_of("limited").await;
+    let cpus: f64 = claims
+        .iter()
+        .filter_map(|c| {
+            c.status
+                .as_ref()?
+                .capacity
+                .get("cpu")
+                .map(|q| q.0.parse::<f64>().unwrap_or(f64::MAX))
+        })
+        .sum();
+    assert!(
+        cpus <= 4.0,
+        "NodeClaims of the limited pool have {cpus} CPUs"
+    );
+    let pending = env
+        .pods(&ns, "many")
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+        .count();
+    assert!(pending > 0, "pods beyond the limit stay pending");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taints_keep_intolerant_pods_off_and_tolerating_pods_get_tainted_nodes() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let taint = json!([{"key": "team", "value": "batch", "effect": "NoSchedule"}]);
+    env.kubectl_apply(&nodepool("tainted", json!({"taints": taint}), None));
+    let ns = env.cp.fresh_namespace("taints").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("intolerant", 1, "tainted", small(), json!({})),
+    );
+    let tolerations = json!({"tolerations": [{"key": "team", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}]});
+    env.apply_in(
+        &ns,
+        &deployment("tolerant", 1, "tainted", small(), tolerations),
+    );
+
+    let pods = env.wait_running(&ns, "tolerant", 1).await;
+    let node = env.node_of(&pods[0]).await;
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "team" && t.effect == "NoSchedule"),
+        "{taints:?}"
+    );
+
+    // The intolerant pod is reported, and nothing was launched for it.
+    eventually("FailedScheduling for the intolerant pod", || async {
+        let events = env.events("FailedScheduling").await;
+        events
+            .iter()
+            .any(|e| {
+                e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_deref())
+                    .is_some_and(|n| n.starts_with("intolerant"))
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("taint") || n.contains("tolerat"))
+            })
+            .then_some(())
+    })
+    .await;
+    let intolerant = env.pods(&ns, "intolerant").await;
+    assert!(
+        intolerant
+            .iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+    );
+    assert_eq!(
+        env.claims_of("tainted").await.len(),
+        1,
+        "only the tolerating pod got a node"
+    );
+}
+
+fn is_gpu_flavor(name: &str) -> bool {
+    name.starts_with("gn1i") || name.starts_with("p2i")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_topology_spread_uses_three_zones_and_gpu_pods_alone_get_gpu_flavors() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    // Without limits: like upstream, each new NodeClaim holds its largest option against them,
+    // and the guide's 40 CPUs would stop the fourth node.
+    env.kubectl_apply(&nodepool("open", json!({}), Some(serde_json::Value::Null)));
+    let ns = env.cp.fresh_namespace("spread").await.unwrap();
+    let spread = json!({"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "spread"}},
+    }]});
+    env.apply_in(&ns, &deployment("spread", 3, "open", small(), spread));
+    let gpu = json!({"requests": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}});
+    env.apply_in(&ns, &deployment("gpu", 1, "open", gpu, json!({})));
+
+    let pods = env.wait_running(&ns, "spread", 3).await;
+    let mut zones = BTreeSet::new();
+    for pod in &pods {
+        let node = env.node_of(pod).await;
+        zones.insert(label(&node, "topology.kubernetes.io/zone").to_owned());
+    }
+    assert_eq!(zones.len(), 3, "one pod per zone: {zones:?}");
+
+    let gpu_pods = env.wait_running(&ns, "gpu", 1).await;
+    let node = env.node_of(&gpu_pods[0]).await;
+    let flavor = label(&node, "node.kubernetes.io/instance-type");
+    assert!(
+        is_gpu_flavor(flavor),
+        "the GPU pod gets a GPU flavor: {flavor}"
+    );
+
+    // Only the GPU pod's NodeClaim is a GPU flavor; the spread pods' are not. (Once nodes exist,
+    // kube-scheduler may still bind a CPU pod to the GPU node: taint GPU pools to prevent that.)
+    let claims = env.claims_of("open").await;
+    let flavor_of = |c: &karpenter_kakaocloud::crd::NodeClaim| {
+        c.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("node.kubernetes.io/instance-type").cloned())
+            .unwrap_or_default()
+    };
+    let gpu_claims = claims
+        .iter()
+        .filter(|c| is_gpu_flavor(&flavor_of(c)))
+        .count();
+    assert_eq!(gpu_claims, 1, "one GPU NodeClaim of {}", claims.len());
+    assert_eq!(
+        claims.len(),
+        4,
+        "three CPU NodeClaims for the spread pods, one GPU NodeClaim"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_error_on_the_cheapest_flavor_falls_back_to_the_next() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("capacity").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("solo", 1, "karpenter", small(), one_per_node("solo")),
+    );
+    let first = env.wait_running(&ns, "solo", 1).await;
+    let cheapest = label(
+        &env.node_of(&first[0]).await,
+        "node.kubernetes.io/instance-type",
+    )
+    .to_owned();
+
+    // The same shape again, but KakaoCloud has none of the cheapest flavor left anywhere.
+    for zone in kakaocloud_sim::catalog::ZONES {
+        env.sim.faults().capacity_error(&cheapest, zone);
+    }
+    let creates_before = env.sim.request_count(routes::INSTANCES_CREATE);
+    env.kubectl(&["-n", &ns, "scale", "deployment/solo", "--replicas=2"]);
+    let pods = env.wait_running(&ns, "solo", 2).await;
+    let mut flavors = BTreeSet::new();
+    for pod in &pods {
+        flavors
+            .insert(label(&env.node_of(pod).await, "node.kubernetes.io/instance-type").to_owned());
+    }
+    assert_eq!(
+        flavors.len(),
+        2,
+        "the second node is another flavor: {flavors:?}"
+    );
+    assert!(flavors.contains(&cheapest));
+    assert!(
+        env.sim.request_count(routes::INSTANCES_CREATE) - creates_before >= 2,
+        "at least one refused create before the fallback"
+    );
+    assert_eq!(
+        env.claims_of("karpenter-default").await.len(),
+        2,
+        "the fallback happened within one NodeClaim"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_stuck_in_build_past_the_registration_ttl_is_replaced() {
+    let mut options = Options::default();
+    options.settings.registration_ttl = Duration::from_secs(5);
+    let env = Env::start(options).await;
+    env.apply_guide().await;
+    env.sim.faults().stuck_in_build("");
+    let ns = env.cp.fresh_namespace("stuck").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("stuck", 1, "karpenter", small(), json!({})),
+    );
+
+    let stuck = eventually("the first instance", || async {
+        env.instances().into_iter().next()
+    })
+    .await;
+    eventually("a RegistrationTimeout event", || async {
+        (!env.events("RegistrationTimeout").await.is_empty()).then_some(())
+    })
+    .await;
+    env.sim.faults().clear();
+    env.wait_running(&ns, "stuck", 1).await;
+    eventually("the stuck instance is deleted", || async {
+        env.instances()
+            .iter()
+            .all(|i| i.id != stuck.id)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.instances().len(),
+        1,
+        "exactly one live instance remains"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_launch_creates_no_duplicate_instance() {
+    let mut env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    // The create commits, then its response takes 4 s: the controller dies in between.
+    env.sim
+        .faults()
+        .delay_after_commit(routes::INSTANCES_CREATE, 1, Duration::from_secs(4));
+    let ns = env.cp.fresh_namespace("restart").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("restart", 1, "karpenter", small(), json!({})),
+    );
+    eventually("the instance exists in KakaoCloud", || async {
+        (!env.instances().is_empty()).then_some(())
+    })
+    .await;
+    env.stop_operator();
+    env.start_operator().await;
+
+    env.wait_running(&ns, "restart", 1).await;
+    assert_eq!(
+        env.sim.instances_including_deleted().len(),
+        1,
+        "one instance ever"
+    );
+    assert_eq!(
+        env.sim.request_count(routes::INSTANCES_CREATE),
+        1,
+        "one create call"
+    );
+    let claims = env.claims_of("karpenter-default").await;
+    assert_eq!(claims.len(), 1);
+    let instance = &env.instances()[0];
+    let owner = env
+        .keyring
+        .current()
+        .verify_description(
+            instance.description.as_deref().unwrap_or(""),
+            support::CLUSTER,
+            &instance.id,
+        )
+        .expect("the adopted instance is tagged");
+    assert_eq!(
+        Some(owner.nodeclaim.as_str()),
+        claims[0].metadata.name.as_deref()
+    );
+}

@@ -1032,6 +1032,14 @@ impl<'a> Solver<'a> {
         }
 
         if is_new {
+            // GPU flavors are for GPU pods: a node opened without GPUs never becomes one (its
+            // pods would hold an expensive node), and a GPU node takes no GPU-less pods.
+            let wants_gpu = used.get(Dim::Gpus) > 0;
+            let node_has_gpu_pods = node.used.get(Dim::Gpus) > 0;
+            let pod_wants_gpu = p.requests.get(Dim::Gpus) > 0;
+            if !node.pods.is_empty() && pod_wants_gpu != node_has_gpu_pods {
+                return Err(Fail::Resource(resources::GPU));
+            }
             let t = node.template.unwrap_or_default();
             let new_reqs = (!v.reqs.is_empty()).then(|| node.reqs.intersect(&self.syms, &v.reqs));
             let mut choices = [0usize; MAX_ZONES];
@@ -1057,7 +1065,11 @@ impl<'a> Solver<'a> {
                 let mut reserved = Resources::ZERO;
                 for &i in &node.types {
                     let ct = &self.types[usize::from(i)];
-                    if used.fits_in(&ct.alloc) && (!narrow || self.type_ok(ct, reqs, zmask)) {
+                    let gpu_ok = wants_gpu || ct.alloc.get(Dim::Gpus) == 0;
+                    if gpu_ok
+                        && used.fits_in(&ct.alloc)
+                        && (!narrow || self.type_ok(ct, reqs, zmask))
+                    {
                         scratch.push(i);
                         cap = cap.max(&ct.alloc);
                         reserved = reserved.max(&ct.capacity);

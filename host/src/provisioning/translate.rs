@@ -192,6 +192,17 @@ pub fn nodeclaim_name(pool: &str) -> String {
     format!("{pool}-{suffix}")
 }
 
+/// `values` in `ranked` order; values the ranking does not name keep their place at the end.
+fn ranked_subset(ranked: &[String], values: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = ranked
+        .iter()
+        .filter(|r| values.contains(r))
+        .cloned()
+        .collect();
+    out.extend(values.iter().filter(|v| !ranked.contains(v)).cloned());
+    out
+}
+
 /// The NodeClaim to create for `draft` of `pool`.
 pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> NodeClaim {
     let template = &pool.spec.template;
@@ -213,10 +224,16 @@ pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> N
         .iter()
         .filter_map(|r| {
             let operator = parse_operator(&r.requirement.operator)?;
+            let mut values = r.requirement.values.clone().unwrap_or_default();
+            // The launch tries instance types in this list's order: keep the ranker's, not the
+            // solver's sorted set (sorted, `c2a.2xlarge` would be tried before `c2a.large`).
+            if r.requirement.key == LABEL_INSTANCE_TYPE && operator == Operator::In {
+                values = ranked_subset(&draft.instance_types, &values);
+            }
             Some(Requirement {
                 key: r.requirement.key.clone(),
                 operator,
-                values: r.requirement.values.clone().unwrap_or_default(),
+                values,
                 min_values: r.min_values,
             })
         })
@@ -292,6 +309,20 @@ pub(crate) mod tests {
         );
         np.metadata.uid = Some("uid-1".into());
         np
+    }
+
+    #[test]
+    fn instance_types_keep_the_ranked_order() {
+        let ranked = ["c2a.large".to_owned(), "c2a.2xlarge".to_owned()];
+        let sorted = [
+            "c2a.2xlarge".to_owned(),
+            "c2a.large".to_owned(),
+            "x.other".to_owned(),
+        ];
+        assert_eq!(
+            ranked_subset(&ranked, &sorted),
+            ["c2a.large", "c2a.2xlarge", "x.other"]
+        );
     }
 
     #[test]

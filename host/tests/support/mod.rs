@@ -344,3 +344,164 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
         tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
     }
 }
+
+/// The guide's NodePool renamed to `name`, its nodes labelled `workload-type: <name>`, with
+/// `spec` merged over its `spec.template.spec` and `limits` replacing its limits when given
+/// (`Value::Null` removes them).
+pub fn nodepool(name: &str, template_spec: Value, limits: Option<Value>) -> String {
+    let mut v: Value = serde_yaml::from_str(&guide_file("nodepool.yaml")).unwrap();
+    v["metadata"]["name"] = json!(name);
+    v["spec"]["template"]["metadata"]["labels"]["workload-type"] = json!(name);
+    v["spec"]["template"]["metadata"]["labels"]["kakaoi.io/kke-nodepool"] = json!(name);
+    if let (Some(target), Some(extra)) = (
+        v["spec"]["template"]["spec"].as_object_mut(),
+        template_spec.as_object(),
+    ) {
+        for (k, val) in extra {
+            target.insert(k.clone(), val.clone());
+        }
+    }
+    match limits {
+        Some(Value::Null) => {
+            v["spec"].as_object_mut().map(|spec| spec.remove("limits"));
+        }
+        Some(limits) => v["spec"]["limits"] = limits,
+        None => {}
+    }
+    serde_json::to_string(&v).unwrap()
+}
+
+/// A Deployment of pause pods selecting `workload-type: <pool>`, with `pod_spec` merged over the
+/// pod spec and `resources` as the container's resources.
+pub fn deployment(
+    name: &str,
+    replicas: u32,
+    pool: &str,
+    resources: Value,
+    pod_spec: Value,
+) -> String {
+    let mut spec = json!({
+        "nodeSelector": {"workload-type": pool},
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9", "resources": resources}],
+    });
+    if let (Some(target), Some(extra)) = (spec.as_object_mut(), pod_spec.as_object()) {
+        for (k, val) in extra {
+            target.insert(k.clone(), val.clone());
+        }
+    }
+    serde_json::to_string(&json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    }))
+    .unwrap()
+}
+
+impl Env {
+    /// `kubectl apply` into `namespace`.
+    pub fn apply_in(&self, namespace: &str, yaml: &str) {
+        use std::io::Write;
+        let mut child = self
+            .cp
+            .kubectl()
+            .args(["-n", namespace, "apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Pods of `namespace` with label `app=<app>`.
+    pub async fn pods(&self, namespace: &str, app: &str) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.kube.clone(), namespace);
+        api.list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    /// Waits until `want` pods of `app` run, returning them.
+    pub async fn wait_running(
+        &self,
+        namespace: &str,
+        app: &str,
+        want: usize,
+    ) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        eventually(&format!("{want} pods of {app} Running"), || async {
+            let running: Vec<_> = self
+                .pods(namespace, app)
+                .await
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .collect();
+            (running.len() >= want).then_some(running)
+        })
+        .await
+    }
+
+    /// The Node a pod runs on.
+    pub async fn node_of(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Node {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("pod is bound");
+        let api: Api<Node> = Api::all(self.kube.clone());
+        api.get(&name).await.expect("node exists")
+    }
+
+    /// Events (events.k8s.io/v1) with `reason`, in every namespace.
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.kube.clone());
+        api.list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// NodeClaims of NodePool `pool`.
+    pub async fn claims_of(&self, pool: &str) -> Vec<crd::NodeClaim> {
+        self.nodeclaims()
+            .await
+            .into_iter()
+            .filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("karpenter.sh/nodepool"))
+                    .map(String::as_str)
+                    == Some(pool)
+            })
+            .collect()
+    }
+}
+
+pub fn label<'a>(node: &'a Node, key: &str) -> &'a str {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+        .unwrap_or("")
+}
