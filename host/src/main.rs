@@ -1,104 +1,202 @@
-//! The controller binary: settings from the environment, KakaoCloud credentials from
-//! `KAKAOCLOUD_ACCESS_KEY_ID` / `KAKAOCLOUD_ACCESS_KEY_SECRET` (mounted from a Secret),
-//! endpoint overrides from `KAKAOCLOUD_ENDPOINT_<SERVICE>` (e.g. `KAKAOCLOUD_ENDPOINT_BCS`),
-//! metrics on `METRICS_PORT`.
+//! The controller binary. Its environment is the Helm chart's Deployment (see [`startup`]):
+//! KakaoCloud credentials from the credentials Secret, the keyring Secret's name, the Lease for
+//! leader election, ports, log format. Only the leader runs the controllers; a standby serves its
+//! probes and metrics and takes over when the leader's Lease expires. A leader that loses its
+//! Lease stops its controllers and exits (the kubelet restarts it as a standby).
+
+mod health;
+mod leader;
+mod startup;
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use karpenter_kakaocloud::config::Settings;
-use karpenter_kakaocloud::kakaocloud::{self, Service};
-use karpenter_kakaocloud::metrics::{self, Metrics};
+use karpenter_kakaocloud::kakaocloud;
+use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
 use karpenter_kakaocloud::ownership;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
-fn cloud_config() -> anyhow::Result<kakaocloud::Config> {
-    let mut config = kakaocloud::Config::default();
-    if let Ok(region) = std::env::var("KAKAOCLOUD_REGION")
-        && !region.trim().is_empty()
-    {
-        config.region = region.trim().to_owned();
+use crate::health::Readiness;
+use crate::startup::{LogFormat, Startup};
+
+fn init_logging(level: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
     }
-    for service in Service::ALL {
-        let var = format!(
-            "KAKAOCLOUD_ENDPOINT_{}",
-            service.as_str().to_ascii_uppercase().replace('-', "_")
-        );
-        if let Ok(url) = std::env::var(&var)
-            && !url.trim().is_empty()
-        {
-            let url =
-                reqwest::Url::parse(url.trim()).with_context(|| format!("{var} is not a URL"))?;
-            config.endpoint_overrides.insert(service, url);
-        }
-    }
-    Ok(config)
 }
 
-async fn serve_metrics(
-    port: u16,
-    registry: Arc<prometheus_client::registry::Registry>,
-) -> anyhow::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;
-    loop {
-        let (mut sock, _) = listener.accept().await?;
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let _ = sock.read(&mut buf).await;
-            let body = metrics::render(&registry);
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(reply.as_bytes()).await;
-        });
+/// SIGTERM (the kubelet stopping the pod) or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LOG_LEVEL")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let settings = Settings::from_env()?;
-    let id = std::env::var("KAKAOCLOUD_ACCESS_KEY_ID")
-        .context("KAKAOCLOUD_ACCESS_KEY_ID is required")?;
-    let secret = std::env::var("KAKAOCLOUD_ACCESS_KEY_SECRET")
-        .context("KAKAOCLOUD_ACCESS_KEY_SECRET is required")?;
-    let cloud =
-        kakaocloud::Client::new(cloud_config()?, kakaocloud::Credentials::new(id, secret)?)?;
+async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--list-env") {
+        // The chart tests compare the Deployment's env with this list.
+        for name in startup::VARIABLES {
+            println!("{name}");
+        }
+        return;
+    }
+    let startup = match Startup::from_env() {
+        Ok(s) => s,
+        Err(err) => {
+            // Logging is not configured yet; the message names variables, never values.
+            eprintln!("karpenter-kakaocloud: {err}");
+            std::process::exit(2);
+        }
+    };
+    init_logging(&startup.log_level, startup.log_format);
+    match run(startup).await {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            tracing::error!(error = format!("{err:#}"), "controller failed");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(startup: Startup) -> anyhow::Result<i32> {
+    kakaocloud::install_crypto_provider();
+    let Startup {
+        settings,
+        cloud: cloud_config,
+        credentials,
+        project_id,
+        leader: leader_config,
+        health_port,
+        ..
+    } = startup;
+    tracing::info!(
+        cluster = %settings.cluster_name,
+        region = %cloud_config.region,
+        namespace = %settings.system_namespace,
+        leader_election = leader_config.is_some(),
+        "starting karpenter-kakaocloud {}",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    // Probes and metrics first, so the kubelet sees the process while it connects.
+    let ready = Readiness::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let is_leader = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "leader_election_master_status",
+        "1 while this replica holds the leader-election Lease",
+        is_leader.clone(),
+    );
+    let lease_label = vec![(
+        "name".to_owned(),
+        leader_config
+            .as_ref()
+            .map(|l| l.name.clone())
+            .unwrap_or_else(|| "disabled".into()),
+    )];
+    let health = health::serve(health_port, health::health_router(ready.clone()), "health").await?;
+    let metrics_addr = health::serve(
+        settings.metrics_port,
+        health::metrics_router(Arc::new(registry)),
+        "metrics",
+    )
+    .await?;
+    tracing::info!(health = %health, metrics = %metrics_addr, "serving probes and metrics");
+
+    let cloud = kakaocloud::Client::new(cloud_config, credentials)?;
     cloud
         .authenticate()
         .await
-        .context("KakaoCloud credentials were refused")?;
+        .context("KakaoCloud refused the application credential")?;
+    if let (Some(want), Some(got)) = (project_id.as_deref(), cloud.project_id().await)
+        && want != got
+    {
+        anyhow::bail!(
+            "the application credential belongs to project {got}, but projectID is {want}"
+        );
+    }
     let kube = kube::Client::try_default()
         .await
-        .context("no Kubernetes configuration")?;
+        .context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
     let keyring = ownership::watch_keyring(
         kube.clone(),
         &settings.system_namespace,
         &settings.keyring_secret,
     )
-    .await?;
+    .await
+    .with_context(|| {
+        format!(
+            "reading the signing keyring from Secret {}/{}",
+            settings.system_namespace, settings.keyring_secret
+        )
+    })?;
     let join = operator::resolve_join_info(&kube, &cloud, &settings).await?;
-    let mut registry = prometheus_client::registry::Registry::default();
-    let m = Metrics::register(&mut registry);
-    let port = settings.metrics_port;
-    let registry = Arc::new(registry);
-    tokio::spawn(async move {
-        if let Err(err) = serve_metrics(port, registry).await {
-            tracing::error!(error = %err, "metrics endpoint failed");
+    ready.set(true);
+
+    let start_operator = || {
+        Operator::start(
+            kube.clone(),
+            cloud.clone(),
+            settings.clone(),
+            keyring.clone(),
+            join.clone(),
+            Plugins::default(),
+            metrics.clone(),
+        )
+    };
+
+    let Some(leader_config) = leader_config else {
+        let op = start_operator().await?;
+        is_leader.get_or_create(&lease_label).set(1);
+        tracing::info!("controllers started (leader election disabled)");
+        shutdown_signal().await;
+        op.stop();
+        return Ok(0);
+    };
+
+    tracing::info!(lease = %leader_config.name, namespace = %leader_config.namespace, identity = %leader_config.identity, "waiting for the leader-election lease");
+    let mut election = leader::spawn(leader::Elector::new(kube.clone(), leader_config));
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down as a standby");
+            election.stop().await;
+            return Ok(0);
         }
-    });
-    let op = Operator::start(kube, cloud, settings, keyring, join, Plugins::default(), m).await?;
-    tracing::info!("controllers started");
-    tokio::signal::ctrl_c().await?;
-    op.stop();
-    Ok(())
+        leading = election.wait_leading() => {
+            if !leading {
+                anyhow::bail!("leader election ended before acquiring the lease");
+            }
+        }
+    }
+    let op = start_operator().await?;
+    is_leader.get_or_create(&lease_label).set(1);
+    tracing::info!("controllers started (leader)");
+    tokio::select! {
+        _ = shutdown_signal() => {
+            op.stop();
+            // Hand over at once instead of making the standby wait for expiry.
+            election.stop().await;
+            tracing::info!("stopped, lease released");
+            Ok(0)
+        }
+        ended = election.ended() => {
+            op.stop();
+            is_leader.get_or_create(&lease_label).set(0);
+            tracing::error!(reason = ?ended, "leader election lost");
+            Ok(1)
+        }
+    }
 }
