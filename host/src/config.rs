@@ -38,6 +38,12 @@ pub struct Settings {
     pub bootstrap_token_ttl: Duration,
     /// `CATALOG_REFRESH` (5m): how often flavors are listed again.
     pub catalog_refresh: Duration,
+    /// Time between disruption passes.
+    pub disruption_interval: Duration,
+    /// Wait between planning a disruption and re-validating it (pod churn shows meanwhile).
+    pub disruption_validation_delay: Duration,
+    /// Grace period before a leaked instance (tag verifies, no NodeClaim) is deleted.
+    pub gc_grace: Duration,
     /// `CNI` (`cilium`, `calico` or `none`): handed to the userdata renderer.
     pub cni: String,
     /// `KUBELET_MAX_PODS` (110).
@@ -64,6 +70,9 @@ impl Settings {
             unavailable_offering_ttl: Duration::from_secs(3 * 60),
             bootstrap_token_ttl: Duration::from_secs(3600),
             catalog_refresh: Duration::from_secs(5 * 60),
+            disruption_interval: Duration::from_secs(10),
+            disruption_validation_delay: Duration::from_secs(15),
+            gc_grace: Duration::from_secs(5 * 60),
             cni: "cilium".into(),
             max_pods: 110,
             metrics_port: 8080,
@@ -85,7 +94,7 @@ impl Settings {
         s.cluster_endpoint = get("CLUSTER_ENDPOINT").map(str::to_owned);
         s.cluster_ca_bundle = get("CLUSTER_CA_BUNDLE").map(str::to_owned);
         s.kubernetes_version = get("KUBERNETES_VERSION").map(str::to_owned);
-        let durations: [(&'static str, &mut Duration); 7] = [
+        let durations: [(&'static str, &mut Duration); 10] = [
             ("BATCH_IDLE_DURATION", &mut s.batch_idle),
             ("BATCH_MAX_DURATION", &mut s.batch_max),
             ("REGISTRATION_TTL", &mut s.registration_ttl),
@@ -93,6 +102,12 @@ impl Settings {
             ("UNAVAILABLE_OFFERING_TTL", &mut s.unavailable_offering_ttl),
             ("BOOTSTRAP_TOKEN_TTL", &mut s.bootstrap_token_ttl),
             ("CATALOG_REFRESH", &mut s.catalog_refresh),
+            ("DISRUPTION_INTERVAL", &mut s.disruption_interval),
+            (
+                "DISRUPTION_VALIDATION_DELAY",
+                &mut s.disruption_validation_delay,
+            ),
+            ("GC_GRACE_PERIOD", &mut s.gc_grace),
         ];
         for (name, slot) in durations {
             if let Some(raw) = get(name) {

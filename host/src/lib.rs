@@ -6,6 +6,7 @@
 pub mod config;
 pub mod crd;
 pub mod disruption;
+pub mod gc;
 pub mod kakaocloud;
 pub mod lifecycle;
 pub mod metrics;
@@ -13,3 +14,4 @@ pub mod nodeclass;
 pub mod operator;
 pub mod ownership;
 pub mod provisioning;
+pub mod termination;

@@ -44,6 +44,22 @@ pub struct CloudError {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `empty`, `underutilized`, `drifted`, `expired`.
+    pub reason: String,
+    /// `single`, `multi`, `empty` or "" for non-consolidation reasons.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    /// What was refused or collected (`terminate`, `garbage-collect`, `instance`, `node`, `nodeclaim`).
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: String,
 }
@@ -65,6 +81,14 @@ pub struct Metrics {
     pub scheduling_duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     pub unschedulable_pods: Family<ControllerLabel, Gauge>,
     pub queue_depth: Family<ControllerLabel, Gauge>,
+    pub nodes_terminated: Family<NodePoolReason, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    /// Instances left alone because their ownership tag did not verify.
+    pub ownership_refusals: Family<ActionLabel, Counter>,
+    /// Leaked instances, orphaned Nodes and NodeClaims removed by garbage collection.
+    pub garbage_collected: Family<ActionLabel, Counter>,
+    /// Hourly price of the managed nodes, micro-units (the consolidation tests read it).
+    pub cluster_hourly_price_micros: Gauge,
 }
 
 impl Metrics {
@@ -82,6 +106,11 @@ impl Metrics {
             scheduling_duration: Family::new_with_constructor(duration_histogram),
             unschedulable_pods: Family::default(),
             queue_depth: Family::default(),
+            nodes_terminated: Family::default(),
+            disruption_decisions: Family::default(),
+            ownership_refusals: Family::default(),
+            garbage_collected: Family::default(),
+            cluster_hourly_price_micros: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("karpenter");
         r.register(
@@ -138,6 +167,31 @@ impl Metrics {
             "scheduler_queue_depth",
             "Pods in the last provisioning batch",
             m.queue_depth.clone(),
+        );
+        r.register(
+            "nodes_terminated",
+            "Nodes drained and terminated, by NodePool and reason",
+            m.nodes_terminated.clone(),
+        );
+        r.register(
+            "voluntary_disruption_decisions",
+            "Disruption decisions taken, by decision, reason and consolidation type",
+            m.disruption_decisions.clone(),
+        );
+        r.register(
+            "kakaocloud_ownership_refusals",
+            "Instances not deleted because their ownership tag did not verify",
+            m.ownership_refusals.clone(),
+        );
+        r.register(
+            "kakaocloud_garbage_collected",
+            "Leaked instances, orphaned Nodes and NodeClaims removed",
+            m.garbage_collected.clone(),
+        );
+        r.register(
+            "kakaocloud_cluster_hourly_price_micros",
+            "Hourly price of the managed nodes, micro-units",
+            m.cluster_hourly_price_micros.clone(),
         );
         Arc::new(m)
     }

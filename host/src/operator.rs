@@ -12,6 +12,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
+use crate::disruption::controller::{self as disruption, Disrupter};
+use crate::disruption::{ConsolidationScorer, SavingsPerDisruption};
+use crate::gc::Collector;
 use crate::kakaocloud;
 use crate::lifecycle::bootstrap::ca_cert_hash;
 use crate::lifecycle::{JoinInfo, KubeadmRenderer, Lifecycle, UserdataRenderer};
@@ -22,11 +25,13 @@ use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOffer
 use crate::provisioning::controller::Provisioner;
 use crate::provisioning::state::{Change, ClusterState};
 use crate::provisioning::{CheapestFitRanker, InstanceRanker};
+use crate::termination::Terminator;
 
-/// Optional parts; defaults are the native ranker and renderer.
+/// Optional parts; defaults are the native ranker, renderer and scorer.
 pub struct Plugins {
     pub ranker: Arc<dyn InstanceRanker>,
     pub renderer: Arc<dyn UserdataRenderer>,
+    pub scorer: Arc<dyn ConsolidationScorer>,
 }
 
 impl Default for Plugins {
@@ -34,6 +39,7 @@ impl Default for Plugins {
         Plugins {
             ranker: Arc::new(CheapestFitRanker),
             renderer: Arc::new(KubeadmRenderer),
+            scorer: Arc::new(SavingsPerDisruption),
         }
     }
 }
@@ -145,6 +151,39 @@ impl Operator {
         let classes =
             nodeclass::Context::new(kube.clone(), cloud.clone(), settings.cluster_name.clone());
         let class_task = tokio::spawn(nodeclass::run(Arc::new(classes)));
+        let terminator = Arc::new(Terminator {
+            client: kube.clone(),
+            cloud: cloud.clone(),
+            keyring: keyring.clone(),
+            cluster_name: settings.cluster_name.clone(),
+            metrics: metrics.clone(),
+            recorder: recorder.clone(),
+            poll: Duration::from_secs(1),
+        });
+        let disrupter = Arc::new(Disrupter {
+            client: kube.clone(),
+            state: state.clone(),
+            catalog: catalog.clone(),
+            scorer: plugins.scorer,
+            metrics: metrics.clone(),
+            recorder: recorder.clone(),
+            options: disruption::Options {
+                interval: settings.disruption_interval,
+                validation_delay: settings.disruption_validation_delay,
+                ..disruption::Options::default()
+            },
+        });
+        let collector = Arc::new(Collector {
+            client: kube.clone(),
+            cloud: cloud.clone(),
+            keyring: keyring.clone(),
+            state: state.clone(),
+            cluster_name: settings.cluster_name.clone(),
+            grace: settings.gc_grace,
+            interval: settings.disruption_interval,
+            metrics: metrics.clone(),
+            first_seen: Default::default(),
+        });
         let lifecycle = Arc::new(Lifecycle {
             client: kube.clone(),
             cloud,
@@ -173,12 +212,23 @@ impl Operator {
         let prov_task = tokio::spawn(async move { p.run(trigger_rx).await });
         let l = lifecycle.clone();
         let life_task = tokio::spawn(async move { l.run().await });
+        let term_task = tokio::spawn(terminator.run());
+        let disrupt_task = tokio::spawn(disrupter.run());
+        let gc_task = tokio::spawn(collector.run());
         Ok(Operator {
             state,
             provisioner,
             lifecycle,
             metrics,
-            tasks: vec![class_task, forward, prov_task, life_task],
+            tasks: vec![
+                class_task,
+                forward,
+                prov_task,
+                life_task,
+                term_task,
+                disrupt_task,
+                gc_task,
+            ],
         })
     }
 

@@ -7,6 +7,8 @@
 //! checks by simulation that their pods fit on the remaining nodes or on one cheaper replacement.
 
 pub mod budgets;
+pub mod build;
+pub mod controller;
 pub mod cron;
 pub mod drift;
 pub mod model;

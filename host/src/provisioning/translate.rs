@@ -214,11 +214,16 @@ pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> N
         LABEL_NODECLASS.to_owned(),
         template.spec.node_class_ref.name.clone(),
     );
-    let annotations = template
+    let mut annotations = template
         .metadata
         .as_ref()
         .map(|m| m.annotations.clone())
         .unwrap_or_default();
+    // What the claim was made from, so drift can tell when the NodePool's template changes.
+    annotations.insert(
+        crate::disruption::drift::NODEPOOL_HASH_ANNOTATION.to_owned(),
+        crate::disruption::drift::nodepool_hash(&pool.spec),
+    );
     let requirements = draft
         .requirements
         .iter()

@@ -50,6 +50,9 @@ impl Default for Options {
         settings.batch_idle = Duration::from_millis(300);
         settings.batch_max = Duration::from_secs(3);
         settings.cni = "calico".into();
+        settings.disruption_interval = Duration::from_secs(1);
+        settings.disruption_validation_delay = Duration::from_secs(1);
+        settings.gc_grace = Duration::from_secs(2);
         Options {
             settings,
             sim: SimConfig::default(),

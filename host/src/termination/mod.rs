@@ -1,0 +1,378 @@
+//! Termination of a registered node: when its NodeClaim is deleted (by disruption, expiration, or
+//! a user), taint the Node `karpenter.sh/disrupted:NoSchedule`, drain it through the Eviction API
+//! (PodDisruptionBudgets apply, daemonset and mirror pods stay, `do-not-disrupt` pods hold it until
+//! the NodeClaim's `terminationGracePeriod`, after which what is left is deleted), wait for volumes
+//! to detach, delete the KakaoCloud instance **only if its ownership tag verifies**, then release
+//! the Node's and the NodeClaim's `karpenter.sh/termination` finalizers.
+//!
+//! Every step reads the current state and is safe to repeat, so a restart mid-drain resumes it.
+//! A Node deleted by hand gets its NodeClaim deleted, which runs the same path.
+//! (NodeClaims that never registered are finished by the lifecycle controller.)
+
+pub mod drain;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::crd::NodeClaim;
+use crate::disruption::build::pdb_blocked;
+use crate::kakaocloud::{self, DeleteOwnedError};
+use crate::lifecycle::parse_provider_id;
+use crate::metrics::{ActionLabel, Metrics, NodePoolReason};
+use crate::ownership::KeyringHandle;
+use crate::provisioning::requirements::LABEL_NODEPOOL;
+use crate::provisioning::translate::FINALIZER;
+
+/// The taint a node being disrupted carries, so nothing new schedules onto it.
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// How long one eviction call may take (the client retries 429s internally).
+const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The label tying a Node to its NodeClaim.
+const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
+
+/// What termination needs.
+pub struct Terminator {
+    pub client: kube::Client,
+    pub cloud: kakaocloud::Client,
+    pub keyring: KeyringHandle,
+    pub cluster_name: String,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// How often a drain is looked at again while pods are leaving.
+    pub poll: Duration,
+}
+
+/// Why a termination step must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("KakaoCloud API: {0}")]
+    KakaoCloud(#[from] kakaocloud::Error),
+}
+
+fn disrupted_taint() -> Taint {
+    Taint {
+        key: DISRUPTED_TAINT.into(),
+        effect: "NoSchedule".into(),
+        value: None,
+        time_added: None,
+    }
+}
+
+impl Terminator {
+    /// Runs until the process stops.
+    pub async fn run(self: Arc<Self>) {
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        Controller::new(claims, watcher::Config::default())
+            .watches(nodes, watcher::Config::default(), |node: Node| {
+                node.labels().get(LABEL_NODECLAIM).map(|n| ObjectRef::<NodeClaim>::new(n))
+            })
+            .run(
+                |nc, ctx: Arc<Terminator>| async move { ctx.reconcile(&nc).await },
+                |nc, err, ctx| {
+                    tracing::warn!(NodeClaim = %nc.name_any(), error = %err, "termination step failed");
+                    Action::requeue(ctx.poll.max(Duration::from_secs(2)))
+                },
+                self,
+            )
+            .for_each(|_| async {})
+            .await;
+    }
+
+    async fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Terminate".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, &nc.object_ref(&())).await {
+            tracing::debug!(error = %err, "could not publish event");
+        }
+    }
+
+    fn pool(nc: &NodeClaim) -> String {
+        nc.labels().get(LABEL_NODEPOOL).cloned().unwrap_or_default()
+    }
+
+    /// One step of one NodeClaim's termination.
+    pub async fn reconcile(&self, nc: &NodeClaim) -> Result<Action, Error> {
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node_name = nc.status.as_ref().and_then(|s| s.node_name.clone());
+        let node = match &node_name {
+            Some(name) => nodes.get_opt(name).await?,
+            None => None,
+        };
+        if nc.metadata.deletion_timestamp.is_none() {
+            if node
+                .as_ref()
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+            {
+                tracing::info!(NodeClaim = %nc.name_any(), "node deleted by hand: terminating its nodeclaim");
+                claims
+                    .delete(&nc.name_any(), &DeleteParams::default())
+                    .await?;
+            }
+            return Ok(Action::await_change());
+        }
+        if !nc.finalizers().iter().any(|f| f == FINALIZER) || node_name.is_none() {
+            return Ok(Action::await_change());
+        }
+        if let Some(node) = &node
+            && let Some(wait) = self.drain(nc, node).await?
+        {
+            return Ok(Action::requeue(wait));
+        }
+        if !self.delete_instance(nc).await? {
+            return Ok(Action::requeue(self.poll));
+        }
+        if let Some(node) = &node {
+            release(
+                &nodes,
+                &node.name_any(),
+                node.finalizers(),
+                node.resource_version(),
+            )
+            .await?;
+            self.metrics
+                .nodes_terminated
+                .get_or_create(&NodePoolReason {
+                    nodepool: Self::pool(nc),
+                    reason: "deleted".into(),
+                })
+                .inc();
+        }
+        release(
+            &claims,
+            &nc.name_any(),
+            nc.finalizers(),
+            nc.resource_version(),
+        )
+        .await?;
+        self.metrics
+            .nodeclaims_terminated
+            .get_or_create(&NodePoolReason {
+                nodepool: Self::pool(nc),
+                reason: "deleted".into(),
+            })
+            .inc();
+        tracing::info!(NodeClaim = %nc.name_any(), Node = node_name.as_deref().unwrap_or(""), "terminated nodeclaim");
+        Ok(Action::await_change())
+    }
+
+    /// Cordons and drains `node`; `Some(wait)` while pods or volumes remain.
+    async fn drain(&self, nc: &NodeClaim, node: &Node) -> Result<Option<Duration>, Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let name = node.name_any();
+        let mut taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if !taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
+            taints.push(disrupted_taint());
+            let patch = json!({"spec": {"taints": taints}});
+            nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            self.event(
+                nc,
+                EventType::Normal,
+                "Draining",
+                format!("tainted {name} {DISRUPTED_TAINT}:NoSchedule and draining it"),
+            )
+            .await;
+        }
+        if node.metadata.deletion_timestamp.is_none() {
+            // Our finalizer holds the Node until the instance is gone.
+            nodes.delete(&name, &DeleteParams::default()).await?;
+        }
+        let pods_api: Api<Pod> = Api::all(self.client.clone());
+        let pods = pods_api
+            .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+            .await?
+            .items;
+        let deadline = grace_deadline(nc);
+        let step = drain::step(&pods, Timestamp::now(), deadline);
+        let mut blocked = Vec::new();
+        let pdbs: Api<PodDisruptionBudget> = Api::all(self.client.clone());
+        let pdbs = if step.evict.is_empty() {
+            Vec::new()
+        } else {
+            pdbs.list(&ListParams::default()).await?.items
+        };
+        for p in &step.evict {
+            // The client retries 429s with backoff, and a PDB answers 429 until it allows a
+            // disruption: check the budget first, and bound the call for the race that remains.
+            let pod = pods.iter().find(|x| {
+                x.name_any() == p.name && x.namespace().as_deref() == Some(p.namespace.as_str())
+            });
+            if pod.is_some_and(|pod| pdb_blocked(pod, &pdbs)) {
+                blocked.push(p.to_string());
+                continue;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+            match tokio::time::timeout(
+                EVICTION_TIMEOUT,
+                api.evict(&p.name, &EvictParams::default()),
+            )
+            .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+                Ok(Err(kube::Error::Api(s))) if s.code == 429 => blocked.push(p.to_string()),
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => blocked.push(p.to_string()),
+            }
+        }
+        for p in &step.delete {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+            match api.delete(&p.name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !blocked.is_empty() {
+            self.event(
+                nc,
+                EventType::Warning,
+                "EvictionBlocked",
+                format!("PodDisruptionBudgets block evicting {}", blocked.join(", ")),
+            )
+            .await;
+        }
+        if !step.held.is_empty() {
+            let held: Vec<String> = step.held.iter().map(ToString::to_string).collect();
+            self.event(
+                nc,
+                EventType::Warning,
+                "DisruptionBlocked",
+                format!(
+                    "{} holds the node until terminationGracePeriod ends: {}",
+                    drain::DO_NOT_DISRUPT,
+                    held.join(", ")
+                ),
+            )
+            .await;
+        }
+        if !step.is_done() {
+            let wait = if blocked.is_empty() && step.held.is_empty() {
+                self.poll
+            } else {
+                self.poll * 5
+            };
+            return Ok(Some(wait));
+        }
+        let expired = deadline.is_some_and(|d| Timestamp::now() >= d);
+        if !expired {
+            let attachments: Api<VolumeAttachment> = Api::all(self.client.clone());
+            let attached = attachments
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|a| a.spec.node_name == name)
+                .count();
+            if attached > 0 {
+                tracing::info!(Node = %name, attached, "waiting for volumes to detach");
+                return Ok(Some(self.poll));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the NodeClaim's instance if its tag verifies; `false` to retry later.
+    async fn delete_instance(&self, nc: &NodeClaim) -> Result<bool, Error> {
+        let Some((_, id)) = nc
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(parse_provider_id)
+        else {
+            return Ok(true);
+        };
+        let keyring = self.keyring.current();
+        match self
+            .cloud
+            .instances()
+            .delete_owned(id, &keyring, &self.cluster_name)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
+                Ok(true)
+            }
+            Err(DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => Ok(true),
+            Err(DeleteOwnedError::NotOwned(why)) => {
+                // Never delete what we cannot prove is ours; say so and let the NodeClaim go.
+                tracing::warn!(NodeClaim = %nc.name_any(), instance = %id, reason = %why, "instance left alone: ownership tag does not verify");
+                self.metrics
+                    .ownership_refusals
+                    .get_or_create(&ActionLabel {
+                        action: "terminate".into(),
+                    })
+                    .inc();
+                self.event(
+                    nc,
+                    EventType::Warning,
+                    "OwnershipUnverified",
+                    format!("instance {id} was not deleted: its ownership tag does not verify ({why}); delete it by hand if it is yours"),
+                )
+                .await;
+                Ok(true)
+            }
+            Err(DeleteOwnedError::Api(e)) => Err(e.into()),
+        }
+    }
+}
+
+/// When the NodeClaim's terminationGracePeriod, counted from its deletion, ends.
+fn grace_deadline(nc: &NodeClaim) -> Option<Timestamp> {
+    let deleted = nc.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = nc.spec.termination_grace_period?;
+    let span = jiff::SignedDuration::try_from(grace.0).ok()?;
+    deleted.checked_add(span).ok()
+}
+
+/// Drops the termination finalizer of `name`, guarded by its resourceVersion.
+async fn release<K>(
+    api: &Api<K>,
+    name: &str,
+    finalizers: &[String],
+    version: Option<String>,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+    let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": version}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,541 @@
+//! Disruption, termination and garbage collection end to end, each test on a private control plane
+//! with the simulator and the operator (see `support`). Disruption passes run every second with a
+//! one-second validation delay; NodePools here use short `consolidateAfter` values.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_kakaocloud::crd::NodeClaim;
+use karpenter_kakaocloud::kakaocloud::LaunchSpec;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use support::{Env, Options, deployment, eventually, nodepool};
+
+fn small() -> serde_json::Value {
+    json!({"requests": {"cpu": "1", "memory": "2Gi"}})
+}
+
+fn tiny() -> serde_json::Value {
+    json!({"requests": {"cpu": "100m", "memory": "128Mi"}})
+}
+
+fn one_per_node(app: &str) -> serde_json::Value {
+    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}
+    ]}}})
+}
+
+/// A pool named `name` that consolidates after `after`, with `disruption` merged in.
+fn pool(
+    name: &str,
+    after: &str,
+    disruption: serde_json::Value,
+    template: serde_json::Value,
+) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&nodepool(name, template, Some(serde_json::Value::Null))).unwrap();
+    v["spec"]["disruption"]["consolidateAfter"] = json!(after);
+    if let Some(extra) = disruption.as_object() {
+        for (k, val) in extra {
+            v["spec"]["disruption"][k] = val.clone();
+        }
+    }
+    serde_json::to_string(&v).unwrap()
+}
+
+async fn delete_deployment(env: &Env, ns: &str, name: &str) {
+    env.kubectl(&["-n", ns, "delete", "deployment", name, "--wait=false"]);
+    eventually(&format!("pods of {name} gone"), || async {
+        env.pods(ns, name).await.is_empty().then_some(())
+    })
+    .await;
+}
+
+fn live_instances(env: &Env) -> usize {
+    env.instances().len()
+}
+
+async fn delete_claim(env: &Env, name: &str) {
+    let api: Api<NodeClaim> = Api::all(env.kube.clone());
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete NodeClaim");
+}
+
+/// The cluster's hourly price as the disruption controller last computed it.
+fn hourly_price(env: &Env) -> Option<f64> {
+    env.metrics_text()
+        .lines()
+        .find(|l| l.starts_with("karpenter_kakaocloud_cluster_hourly_price_micros "))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+}
+
+fn claim_name(c: &NodeClaim) -> String {
+    c.metadata.name.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_guide_cleanup_removes_empty_nodes_and_their_instances() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("demo").await.unwrap();
+    let demo = format!(
+        "{}/../examples/install-guide/karpenter-demo.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    env.kubectl(&["-n", &ns, "apply", "-f", &demo]);
+    env.wait_running(&ns, "karpenter-demo", 3).await;
+    assert!(live_instances(&env) > 0);
+    // The guide waits consolidateAfter (10m); the test shortens it.
+    let api: Api<karpenter_kakaocloud::crd::NodePool> = Api::all(env.kube.clone());
+    let patch = json!({"spec": {"disruption": {"consolidateAfter": "3s"}}});
+    api.patch(
+        "karpenter-default",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+
+    env.kubectl(&["-n", &ns, "delete", "-f", &demo]);
+    eventually("NodeClaims, Nodes and instances gone", || async {
+        let claims = env.claims_of("karpenter-default").await;
+        let nodes = env.nodes().await;
+        (claims.is_empty() && nodes.is_empty() && live_instances(&env) == 0).then_some(())
+    })
+    .await;
+    let text = env.metrics_text();
+    assert!(
+        text.contains("karpenter_voluntary_disruption_decisions_total"),
+        "{text}"
+    );
+    assert!(
+        text.contains("karpenter_nodeclaims_terminated_total"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underutilized_nodes_are_packed_and_the_hourly_price_falls() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool("pack", "3s", json!({}), json!({})));
+    let ns = env.cp.fresh_namespace("pack").await.unwrap();
+    // Four nodes, one big pod each; then small pods spread over them; then the big pods go.
+    env.apply_in(
+        &ns,
+        &deployment("big", 4, "pack", small(), one_per_node("big")),
+    );
+    env.wait_running(&ns, "big", 4).await;
+    env.apply_in(&ns, &deployment("small", 4, "pack", tiny(), json!({})));
+    env.wait_running(&ns, "small", 4).await;
+    let before = env.claims_of("pack").await.len();
+    assert!(before >= 4);
+    let instances_before = live_instances(&env);
+    let price_before = eventually("the hourly price of four nodes", || async {
+        hourly_price(&env).filter(|p| *p > 0.0)
+    })
+    .await;
+    delete_deployment(&env, &ns, "big").await;
+
+    eventually("the small pods packed onto one node", || async {
+        let claims = env.claims_of("pack").await;
+        let running = env.pods(&ns, "small").await;
+        let nodes: BTreeSet<String> = running
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        let all_running = running.len() == 4
+            && running
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        (claims.len() == 1 && nodes.len() == 1 && all_running).then_some(())
+    })
+    .await;
+    assert!(
+        live_instances(&env) < instances_before,
+        "fewer instances run"
+    );
+    let price_after = eventually("the hourly price falls", || async {
+        hourly_price(&env).filter(|p| *p < price_before)
+    })
+    .await;
+    assert!(price_after > 0.0, "one node still runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
+    let mut env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("pdb").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("guarded", 1, "karpenter", small(), json!({})),
+    );
+    env.apply_in(
+        &ns,
+        &serde_json::to_string(&json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+        }))
+        .unwrap(),
+    );
+    let pods = env.wait_running(&ns, "guarded", 1).await;
+    let pod_name = pods[0].metadata.name.clone().unwrap();
+    let claim = env.claims_of("karpenter-default").await.remove(0);
+    delete_claim(&env, &claim_name(&claim)).await;
+
+    eventually("an EvictionBlocked event", || async {
+        (!env.events("EvictionBlocked").await.is_empty()).then_some(())
+    })
+    .await;
+    let pod_api: Api<Pod> = Api::namespaced(env.kube.clone(), &ns);
+    assert!(
+        pod_api
+            .get_opt(&pod_name)
+            .await
+            .unwrap()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "the guarded pod is not evicted"
+    );
+    assert_eq!(
+        live_instances(&env),
+        1,
+        "the instance stays while the drain is blocked"
+    );
+    let node = env.nodes().await.remove(0);
+    assert!(
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "karpenter.sh/disrupted"),
+        "the node is cordoned with the disrupted taint"
+    );
+
+    // The controller dies mid-drain; the PDB is lifted; a new controller finishes the job.
+    env.stop_operator();
+    env.kubectl(&["-n", &ns, "delete", "pdb", "guarded"]);
+    env.start_operator().await;
+    eventually(
+        "the NodeClaim, the old node and its instance gone",
+        || async {
+            let claims = env.nodeclaims().await;
+            (!claims.iter().any(|c| claim_name(c) == claim_name(&claim))
+                && !env.instances().iter().any(|i| {
+                    Some(i.id.as_str())
+                        == claim
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.provider_id.as_deref())
+                            .and_then(|p| p.rsplit('/').next())
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    // Nothing is lost: the deployment's pod runs again, on a new node.
+    env.wait_running(&ns, "guarded", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn do_not_disrupt_pods_hold_their_node() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool("held", "2s", json!({}), json!({})));
+    let ns = env.cp.fresh_namespace("held").await.unwrap();
+    // Two nodes, one pod each.
+    env.apply_in(
+        &ns,
+        &deployment("held", 2, "held", tiny(), one_per_node("held")),
+    );
+    env.wait_running(&ns, "held", 2).await;
+    let pod_api: Api<Pod> = Api::namespaced(env.kube.clone(), &ns);
+    for p in env.pods(&ns, "held").await {
+        let patch = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+        pod_api
+            .patch(
+                p.metadata.name.as_deref().unwrap(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+    // Deleting a held node's NodeClaim cordons it but the pod stays until terminationGracePeriod.
+    let claim = env.claims_of("held").await.remove(0);
+    delete_claim(&env, &claim_name(&claim)).await;
+    eventually("a DisruptionBlocked event", || async {
+        (!env.events("DisruptionBlocked").await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        env.nodeclaims()
+            .await
+            .iter()
+            .any(|c| claim_name(c) == claim_name(&claim)),
+        "the held NodeClaim stays"
+    );
+    assert_eq!(
+        env.pods(&ns, "held")
+            .await
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count(),
+        2
+    );
+    assert!(
+        env.events("DisruptionTerminating").await.is_empty(),
+        "consolidation never picked a held node"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_of_one_disrupts_one_node_at_a_time() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool(
+        "budget",
+        "2s",
+        json!({"budgets": [{"nodes": "1"}]}),
+        json!({}),
+    ));
+    let ns = env.cp.fresh_namespace("budget").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("wide", 3, "budget", small(), one_per_node("wide")),
+    );
+    env.wait_running(&ns, "wide", 3).await;
+    assert_eq!(env.claims_of("budget").await.len(), 3);
+    delete_deployment(&env, &ns, "wide").await;
+
+    let mut most = 0;
+    let deadline = tokio::time::Instant::now() + support::DEADLINE;
+    loop {
+        let claims = env.claims_of("budget").await;
+        let disrupting = claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
+            .count();
+        most = most.max(disrupting);
+        if claims.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "empty nodes are removed within the deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(most, 1, "never more than one node disrupting at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_after_replaces_an_old_node_before_removing_it() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool(
+        "expiring",
+        "1h",
+        json!({}),
+        json!({"expireAfter": "20s"}),
+    ));
+    let ns = env.cp.fresh_namespace("expire").await.unwrap();
+    env.apply_in(&ns, &deployment("aging", 1, "expiring", small(), json!({})));
+    env.wait_running(&ns, "aging", 1).await;
+    let old = env.claims_of("expiring").await.remove(0);
+
+    let replacement = eventually("a replacement NodeClaim", || async {
+        env.claims_of("expiring")
+            .await
+            .into_iter()
+            .find(|c| claim_name(c) != claim_name(&old))
+    })
+    .await;
+    // The replacement existed before the old claim started going.
+    let old_now = env
+        .nodeclaims()
+        .await
+        .into_iter()
+        .find(|c| claim_name(c) == claim_name(&old));
+    if let Some(deleted) = old_now.and_then(|c| c.metadata.deletion_timestamp) {
+        assert!(
+            replacement.metadata.creation_timestamp.unwrap().0 <= deleted.0,
+            "replacement first"
+        );
+    }
+    eventually(
+        "the old NodeClaim gone and the pod running on the replacement",
+        || async {
+            let gone = !env
+                .nodeclaims()
+                .await
+                .iter()
+                .any(|c| claim_name(c) == claim_name(&old));
+            let pods = env.pods(&ns, "aging").await;
+            let running = pods.iter().any(|p| {
+                p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && p.metadata.deletion_timestamp.is_none()
+            });
+            (gone && running).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("drift").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("drifty", 1, "karpenter", small(), json!({})),
+    );
+    env.wait_running(&ns, "drifty", 1).await;
+    let old = env.claims_of("karpenter-default").await.remove(0);
+    let old_image = old
+        .status
+        .as_ref()
+        .and_then(|s| s.image_id.clone())
+        .unwrap();
+
+    // One minor below the control plane resolves to another worker image.
+    let classes: Api<karpenter_kakaocloud::crd::KCNodeClass> = Api::all(env.kube.clone());
+    let patch = json!({"spec": {"bootstrap": {"kubernetesVersion": "1.34"}}});
+    classes
+        .patch(
+            "karpenter-default",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+
+    let replacement = eventually(
+        "a NodeClaim with the new image, the old one gone",
+        || async {
+            let claims = env.claims_of("karpenter-default").await;
+            let old_gone = !claims.iter().any(|c| claim_name(c) == claim_name(&old));
+            let new = claims.into_iter().find(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.image_id.as_deref())
+                    .is_some_and(|i| i != old_image)
+            })?;
+            old_gone.then_some(new)
+        },
+    )
+    .await;
+    assert!(
+        replacement
+            .status
+            .unwrap()
+            .image_id
+            .unwrap()
+            .contains("k8s134")
+    );
+    env.wait_running(&ns, "drifty", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaked_instances_are_collected_and_forged_tags_are_never_deleted() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    let class: karpenter_kakaocloud::crd::KCNodeClass = Api::all(env.kube.clone())
+        .get("karpenter-default")
+        .await
+        .unwrap();
+    let status = class.status.unwrap();
+    let launch = |name: &str| LaunchSpec {
+        name: name.into(),
+        flavor_id: kakaocloud_sim::catalog::flavor_id("m2a.large").unwrap(),
+        image_id: status.image.as_ref().unwrap().id.clone(),
+        subnet_id: status.subnets[0].id.clone(),
+        security_groups: vec!["demo-cluster-worker".into()],
+        key_name: None,
+        root_volume_gib: 50,
+        delete_root_volume_on_termination: true,
+        user_data: None,
+        availability_zone: status.subnets[0].zone.clone(),
+        description: None,
+    };
+    let instances = env.cloud.instances();
+    // A leak: our signed tag, but its NodeClaim never existed (a crash after create).
+    let leaked = instances.create(&launch("leaked")).await.unwrap();
+    let tag = env
+        .keyring
+        .current()
+        .sign(support::CLUSTER, "ghost-claim", &leaked.id)
+        .unwrap();
+    instances
+        .update_description(&leaked.id, &format!("karpenter node {tag}"))
+        .await
+        .unwrap();
+    // A forgery: the right shape, a wrong MAC.
+    let forged = instances.create(&launch("forged")).await.unwrap();
+    let bad = format!("kk:1:k1:ghost-claim:{}", "A".repeat(22));
+    instances
+        .update_description(&forged.id, &bad)
+        .await
+        .unwrap();
+    // A foreign cluster's instance, signed for another cluster name.
+    let foreign = instances.create(&launch("foreign")).await.unwrap();
+    let other = env
+        .keyring
+        .current()
+        .sign("other-cluster", "theirs", &foreign.id)
+        .unwrap();
+    instances
+        .update_description(&foreign.id, &other)
+        .await
+        .unwrap();
+
+    eventually("the leaked instance collected", || async {
+        (!env.instances().iter().any(|i| i.id == leaked.id)).then_some(())
+    })
+    .await;
+    let ids: Vec<String> = env.instances().into_iter().map(|i| i.id).collect();
+    assert!(ids.contains(&forged.id), "a forged tag is never deleted");
+    assert!(
+        ids.contains(&foreign.id),
+        "another cluster's instance is never deleted"
+    );
+
+    // A NodeClaim whose instance's tag was tampered with: terminated, the instance left alone.
+    let ns = env.cp.fresh_namespace("tamper").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("tamper", 1, "karpenter", small(), json!({})),
+    );
+    env.wait_running(&ns, "tamper", 1).await;
+    let claim = env.claims_of("karpenter-default").await.remove(0);
+    let id = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|p| p.rsplit('/').next())
+        .unwrap()
+        .to_owned();
+    instances.update_description(&id, &bad).await.unwrap();
+    env.kubectl(&["-n", &ns, "delete", "deployment", "tamper"]);
+    delete_claim(&env, &claim_name(&claim)).await;
+    eventually("an OwnershipUnverified event", || async {
+        (!env.events("OwnershipUnverified").await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        env.instances().iter().any(|i| i.id == id),
+        "the unverifiable instance is not deleted"
+    );
+    let text = env.metrics_text();
+    assert!(
+        text.contains("karpenter_kakaocloud_ownership_refusals_total"),
+        "{text}"
+    );
+}
