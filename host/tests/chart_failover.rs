@@ -1,0 +1,114 @@
+//! Leader failover with the chart's two replicas: two controller processes (the Deployment's two
+//! pods, the chart's env with short lease timings), the leader SIGKILLed mid-provisioning (an
+//! instance is launching); the standby takes the Lease over once it expires and provisioning
+//! completes with exactly one instance per NodeClaim.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use kk_demo::{Cluster, wait_for};
+
+const BIN: &str = env!("CARGO_BIN_EXE_karpenter-kakaocloud");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_takes_over_when_the_leader_is_killed_mid_launch() {
+    let sim = kakaocloud_sim::SimConfig {
+        // Long enough that the kill lands while the instance is still in BUILD.
+        boot_delay: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let cluster = Cluster::start(sim).await.expect("cluster starts");
+    cluster.step1_secrets().unwrap();
+    cluster
+        .step2_install(&[
+            "leaderElection.leaseDuration=4s",
+            "leaderElection.renewDeadline=3s",
+            "leaderElection.retryPeriod=1s",
+        ])
+        .unwrap();
+    let pods = cluster.controller_pods().await.unwrap();
+    assert_eq!(pods.len(), 2);
+    let mut a = cluster
+        .spawn_controller(BIN.as_ref(), &pods[0], &[])
+        .await
+        .unwrap();
+    wait_for("a leads", Duration::from_secs(60), || async {
+        Ok((cluster.lease_holder().await.as_deref() == Some(pods[0].as_str())).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    let mut b = cluster
+        .spawn_controller(BIN.as_ref(), &pods[1], &[])
+        .await
+        .unwrap();
+    cluster
+        .step3_nodeclass(Duration::from_secs(60))
+        .await
+        .unwrap();
+    cluster.step4_nodepool().unwrap();
+    cluster.step5_demo().unwrap();
+
+    // Mid-provisioning: the first instance exists (BUILD), no Node yet.
+    wait_for("an instance launching", Duration::from_secs(60), || async {
+        Ok((!cluster.instances().is_empty()).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    assert!(
+        cluster.karpenter_nodes().await.unwrap().is_empty(),
+        "killed before any node registered"
+    );
+    a.kill();
+    let killed = Instant::now();
+
+    wait_for("b leads", Duration::from_secs(15), || async {
+        Ok((cluster.lease_holder().await.as_deref() == Some(pods[1].as_str())).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_text()));
+    let takeover = killed.elapsed();
+    // Lease 4 s after a's last renewal, plus one retry period.
+    assert!(
+        takeover < Duration::from_secs(7),
+        "took over after {takeover:?}"
+    );
+    eprintln!(
+        "standby took over {:.1}s after SIGKILL",
+        takeover.as_secs_f64()
+    );
+
+    wait_for("3 demo pods Running", Duration::from_secs(120), || async {
+        Ok((cluster.running_demo_pods().await?.len() >= 3).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_text()));
+    eprintln!(
+        "demo running {:.1}s after SIGKILL",
+        killed.elapsed().as_secs_f64()
+    );
+
+    // Exactly one instance per NodeClaim: no duplicate launch by the new leader, no orphan.
+    let claims = cluster.nodeclaims().await.unwrap();
+    let instances = cluster.instances();
+    let ids: BTreeSet<String> = instances.iter().map(|i| i.id.clone()).collect();
+    let claimed: Vec<String> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+        .collect();
+    assert_eq!(claimed.len(), claims.len(), "every NodeClaim launched");
+    let claimed_ids: BTreeSet<String> = claimed
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        claimed_ids.len(),
+        claims.len(),
+        "distinct instances: {claimed:?}"
+    );
+    assert_eq!(
+        claimed_ids, ids,
+        "instances and NodeClaims match one to one"
+    );
+    assert!(b.log_text().contains("controllers started (leader)"));
+    b.terminate(Duration::from_secs(10));
+}

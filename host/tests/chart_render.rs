@@ -1,0 +1,380 @@
+//! The Helm chart without a cluster: `helm lint`, and `helm template` checked object by object
+//! (affinity, RBAC, probes, env names against what the binary reads, plugin ConfigMaps, CRDs,
+//! the chart's refusals).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_karpenter-kakaocloud");
+
+fn helm() -> Command {
+    let path = kk_demo::helm_path();
+    assert!(
+        path.is_file(),
+        "{} is missing: run tests/controlplane/build-helm.sh",
+        path.display()
+    );
+    Command::new(path)
+}
+
+/// A copy of the chart without the gitignored plugins/ (so the result does not depend on
+/// whether scripts/package-chart.sh ran here).
+fn chart_copy() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(kk_demo::chart_dir())
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let chart = dir.path().join("karpenter-provider-kakaocloud");
+    let _ = std::fs::remove_dir_all(chart.join("plugins"));
+    (dir, chart)
+}
+
+fn template(chart: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut cmd = helm();
+    cmd.args(["template", "karpenter-provider-kakaocloud"])
+        .arg(chart)
+        .args(["-n", "karpenter-kakaocloud"]);
+    for s in ["clusterName=demo-cluster", "projectID=proj-1"]
+        .iter()
+        .chain(sets)
+    {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .filter_map(|d| {
+            let v: Value = serde::Deserialize::deserialize(d).ok()?;
+            (!v.is_null()).then_some(v)
+        })
+        .collect())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+#[test]
+fn helm_lint_is_clean() {
+    let (_dir, chart) = chart_copy();
+    let out = helm()
+        .arg("lint")
+        .arg(&chart)
+        .args([
+            "--strict",
+            "--set",
+            "clusterName=demo-cluster",
+            "--set",
+            "projectID=proj-1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn rendered_deployment_matches_what_the_binary_reads() {
+    let (_dir, chart) = chart_copy();
+    let objects = template(&chart, &[]).unwrap();
+    let deployment = find(&objects, "Deployment", "karpenter-provider-kakaocloud");
+    let spec = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 2, "two replicas by default");
+    let container = &spec["containers"][0];
+
+    // Every variable the chart sets is one the binary reads.
+    let out = Command::new(BIN).arg("--list-env").output().unwrap();
+    let read: BTreeSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let set: Vec<String> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect();
+    let unknown: Vec<&String> = set.iter().filter(|n| !read.contains(*n)).collect();
+    assert!(
+        unknown.is_empty(),
+        "the chart sets {unknown:?}, which the binary never reads"
+    );
+    for needed in [
+        "CLUSTER_NAME",
+        "KAKAOCLOUD_PROJECT_ID",
+        "KAKAOCLOUD_APPLICATION_CREDENTIAL_ID",
+        "KAKAOCLOUD_APPLICATION_CREDENTIAL_SECRET",
+        "KAKAOCLOUD_REGION",
+        "SIGKEY_SECRET_NAME",
+        "SYSTEM_NAMESPACE",
+        "POD_NAME",
+        "LEADER_ELECTION_NAME",
+        "DISABLE_LEADER_ELECTION",
+        "METRICS_PORT",
+        "HEALTH_PROBE_PORT",
+    ] {
+        assert!(
+            set.iter().any(|n| n == needed),
+            "the chart does not set {needed}"
+        );
+    }
+    // Credentials only by reference to the named Secret, never as values.
+    for e in container["env"].as_array().unwrap() {
+        if e["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("KAKAOCLOUD_APPLICATION_CREDENTIAL")
+        {
+            assert!(e.get("value").is_none(), "{e}");
+            assert_eq!(
+                e["valueFrom"]["secretKeyRef"]["name"],
+                "kakaocloud-credentials"
+            );
+        }
+    }
+
+    // Probes on the health port, which is HEALTH_PROBE_PORT.
+    let ports = container["ports"].as_array().unwrap();
+    let http = ports.iter().find(|p| p["name"] == "http").unwrap();
+    assert_eq!(http["containerPort"], 8081);
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["port"], "http");
+    assert_eq!(container["readinessProbe"]["httpGet"]["port"], "http");
+    let metrics = ports.iter().find(|p| p["name"] == "http-metrics").unwrap();
+    assert_eq!(metrics["containerPort"], 8080);
+
+    // Never on a node Karpenter manages.
+    let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    for term in terms.as_array().unwrap() {
+        assert!(
+            term["matchExpressions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["key"] == "karpenter.sh/nodepool" && e["operator"] == "DoesNotExist"),
+            "{term}"
+        );
+    }
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    // Two replicas get a PDB.
+    find(
+        &objects,
+        "PodDisruptionBudget",
+        "karpenter-provider-kakaocloud",
+    );
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    let (_dir, chart) = chart_copy();
+    let objects = template(&chart, &[]).unwrap();
+    // Secrets in the release namespace: only the two named ones, read-only.
+    let role = find(&objects, "Role", "karpenter-provider-kakaocloud");
+    assert_eq!(role["metadata"]["namespace"], "karpenter-kakaocloud");
+    let rules = role["rules"].as_array().unwrap();
+    let secret_rules: Vec<&Value> = rules
+        .iter()
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == "secrets")
+        })
+        .collect();
+    assert_eq!(secret_rules.len(), 1);
+    assert_eq!(
+        secret_rules[0]["resourceNames"],
+        serde_json::json!(["kakaocloud-credentials", "karpenter-sigkey"])
+    );
+    assert_eq!(
+        secret_rules[0]["verbs"],
+        serde_json::json!(["get", "list", "watch"])
+    );
+    // The Lease: create (cannot be limited by name), everything else only on the named Lease.
+    let lease_rules: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["apiGroups"][0] == "coordination.k8s.io")
+        .collect();
+    assert_eq!(lease_rules.len(), 2);
+    for r in &lease_rules {
+        if r["verbs"] != serde_json::json!(["create"]) {
+            assert_eq!(
+                r["resourceNames"],
+                serde_json::json!(["karpenter-leader-election"])
+            );
+        }
+    }
+    // No Secret access cluster-wide; no wildcard anywhere.
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+    {
+        for r in o["rules"].as_array().unwrap() {
+            let text = r.to_string();
+            assert!(
+                !text.contains("\"*\""),
+                "wildcard in {}: {text}",
+                o["metadata"]["name"]
+            );
+            if o["kind"] == "ClusterRole" {
+                assert!(!text.contains("secrets"), "cluster-wide secrets: {text}");
+            }
+        }
+    }
+    // Bootstrap-token Secrets only in kube-system.
+    let bootstrap = find(&objects, "Role", "karpenter-provider-kakaocloud-bootstrap");
+    assert_eq!(bootstrap["metadata"]["namespace"], "kube-system");
+}
+
+#[test]
+fn plugin_configmaps_render_only_when_packaged() {
+    let (_dir, chart) = chart_copy();
+    let objects = template(&chart, &[]).unwrap();
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "ConfigMap"),
+        "no components, no plugin ConfigMaps"
+    );
+
+    // What scripts/package-chart.sh writes (here a stand-in component).
+    use sha2::Digest as _;
+    let component = b"\0asm\x0d\x00\x01\x00stand-in component".to_vec();
+    let dir = chart.join("plugins/instance-selector");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &component).unwrap();
+    std::fs::write(dir.join("plugin.wasm.gz"), gz.finish().unwrap()).unwrap();
+    std::fs::write(
+        dir.join("sha256"),
+        format!("{}\n", hex::encode(sha2::Sha256::digest(&component))),
+    )
+    .unwrap();
+    std::fs::write(dir.join("world"), "instance-selector\n").unwrap();
+
+    let objects = template(&chart, &["plugins.config.instance-selector.weight=3"]).unwrap();
+    let cm = find(&objects, "ConfigMap", "instance-selector");
+    assert_eq!(
+        cm["metadata"]["labels"]["karpenter.kakaocloud.com/plugin-world"],
+        "instance-selector"
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["karpenter.kakaocloud.com/plugin-sha256"],
+        hex::encode(sha2::Sha256::digest(&component))
+    );
+    assert_eq!(cm["data"]["config.json"], r#"{"weight":3}"#);
+    use base64::Engine as _;
+    let gz = base64::engine::general_purpose::STANDARD
+        .decode(cm["binaryData"]["plugin.wasm"].as_str().unwrap())
+        .unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw).unwrap();
+    assert_eq!(raw, component);
+    assert_eq!(
+        objects.iter().filter(|o| o["kind"] == "ConfigMap").count(),
+        1,
+        "only the packaged plugin"
+    );
+    assert!(
+        template(&chart, &["plugins.installDefaults=false"])
+            .unwrap()
+            .iter()
+            .all(|o| o["kind"] != "ConfigMap")
+    );
+
+    // A corrupt digest file is refused rather than shipped.
+    std::fs::write(dir.join("sha256"), "not-a-digest\n").unwrap();
+    let err = template(&chart, &[]).unwrap_err();
+    assert!(err.contains("not a sha256 digest"), "{err}");
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let repo = kk_demo::repo_root().join("crds");
+    let chart = kk_demo::chart_dir().join("crds");
+    let names = |d: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&repo),
+        names(&chart),
+        "same files in crds/ and the chart's crds/"
+    );
+    for name in names(&repo) {
+        assert!(
+            std::fs::read(repo.join(&name)).unwrap() == std::fs::read(chart.join(&name)).unwrap(),
+            "{name} differs: cp crds/*.yaml charts/karpenter-provider-kakaocloud/crds/"
+        );
+    }
+}
+
+#[test]
+fn chart_refuses_unsafe_values() {
+    let (_dir, chart) = chart_copy();
+    let run = |args: &[&str]| {
+        let mut cmd = helm();
+        cmd.args(["template", "r"]).arg(&chart).args(args);
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&["--set", "projectID=p"]);
+    assert!(!ok && err.contains("clusterName is required"), "{err}");
+    let (ok, err) = run(&["--set", "clusterName=c"]);
+    assert!(!ok && err.contains("projectID is required"), "{err}");
+    let (ok, err) = run(&[
+        "--set",
+        "clusterName=c",
+        "--set",
+        "projectID=p",
+        "--set",
+        "leaderElection.enabled=false",
+    ]);
+    assert!(!ok && err.contains("needs leaderElection.enabled"), "{err}");
+    let (ok, err) = run(&[
+        "--set",
+        "clusterName=c",
+        "--set",
+        "projectID=p",
+        // Helm merges maps: null is how a user drops the default term.
+        "--set",
+        "affinity.nodeAffinity=null",
+    ]);
+    assert!(!ok && err.contains("karpenter.sh/nodepool"), "{err}");
+    let (ok, _) = run(&[
+        "--set",
+        "clusterName=c",
+        "--set",
+        "projectID=p",
+        "--set",
+        "replicas=1",
+        "--set",
+        "leaderElection.enabled=false",
+    ]);
+    assert!(ok, "one replica without leader election is fine");
+}
