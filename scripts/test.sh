@@ -7,6 +7,8 @@ source scripts/env.sh
 bash scripts/setup.sh
 bash scripts/build-plugins.sh
 bash tests/controlplane/build.sh
+# helm for the chart tests (host/tests/chart_*.rs) and the demo.
+bash tests/controlplane/build-helm.sh
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
