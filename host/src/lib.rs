@@ -13,5 +13,6 @@ pub mod metrics;
 pub mod nodeclass;
 pub mod operator;
 pub mod ownership;
+pub mod plugins;
 pub mod provisioning;
 pub mod termination;

@@ -1,0 +1,90 @@
+//! What one plugin call may use: a store per call with a memory cap (`StoreLimits`), an epoch
+//! deadline (a background ticker advances the engine's epoch), and a bounded log.
+
+use std::time::Duration;
+
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+
+/// Per-call bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Linear memory a call may grow to.
+    pub memory_bytes: usize,
+    /// Wall time a call may run before it traps.
+    pub deadline: Duration,
+    /// Log lines a call may emit (more are dropped and counted).
+    pub log_lines: usize,
+    /// Characters kept of one log line.
+    pub log_line_chars: usize,
+    /// Largest rendered userdata accepted (KakaoCloud takes 16 KB of base64, 12 KiB raw).
+    pub userdata_bytes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            memory_bytes: 64 << 20,
+            deadline: Duration::from_millis(200),
+            log_lines: 100,
+            log_line_chars: 1000,
+            userdata_bytes: 12 * 1024,
+        }
+    }
+}
+
+/// How often the engine's epoch advances; deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Store data of one call.
+pub struct PluginState {
+    pub plugin: String,
+    pub config: String,
+    pub limits: StoreLimits,
+    logged: usize,
+    dropped: usize,
+    line_chars: usize,
+    max_lines: usize,
+}
+
+impl PluginState {
+    pub fn new(plugin: &str, config: &str, bounds: &Bounds) -> Self {
+        PluginState {
+            plugin: plugin.to_owned(),
+            config: config.to_owned(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(bounds.memory_bytes)
+                .instances(4)
+                .tables(8)
+                .memories(2)
+                .trap_on_grow_failure(true)
+                .build(),
+            logged: 0,
+            dropped: 0,
+            line_chars: bounds.log_line_chars,
+            max_lines: bounds.log_lines,
+        }
+    }
+
+    /// A plugin log line, as a tracing event with the plugin's name; capped per call.
+    pub fn log(&mut self, level: tracing::Level, message: &str) {
+        if self.logged >= self.max_lines {
+            self.dropped += 1;
+            return;
+        }
+        self.logged += 1;
+        let message: String = message.chars().take(self.line_chars).collect();
+        let plugin = self.plugin.as_str();
+        match level {
+            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
+            _ => tracing::trace!(plugin, "{message}"),
+        }
+    }
+
+    /// Lines dropped by the cap during this call.
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+}

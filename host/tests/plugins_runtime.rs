@@ -1,0 +1,492 @@
+//! The plugin runtime against the real components built by `scripts/build-plugins.sh`
+//! (`$KK_PLUGIN_DIR/<crate>.wasm`): ranking results, every hostile behaviour rejected while the
+//! previous plugin keeps answering, wrong worlds and digests refused, gzip accepted, hot swap
+//! under concurrent calls, the userdata and scorer plugins, and the compiled-artifact cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use karpenter_kakaocloud::disruption::{ConsolidationScorer, Reason, ScoreCandidate};
+use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
+use karpenter_kakaocloud::lifecycle::{UserdataInput, UserdataRenderer};
+use karpenter_kakaocloud::plugins::engine::sha256_hex;
+use karpenter_kakaocloud::plugins::{
+    Bounds, Kind, PluginRanker, PluginRenderer, PluginScorer, Registry, Runtime, Source,
+};
+use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
+use karpenter_kakaocloud::provisioning::resources::Dim;
+use karpenter_kakaocloud::provisioning::{Candidate, InstanceRanker, RankRequest, Resources};
+
+fn plugin_dir() -> PathBuf {
+    std::env::var_os("KK_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        })
+}
+
+fn component(name: &str) -> Vec<u8> {
+    let path = plugin_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run scripts/build-plugins.sh first",
+            path.display()
+        )
+    })
+}
+
+fn source(name: &str, crate_name: &str, kind: Kind, config: &str) -> Source {
+    let wasm = component(crate_name);
+    Source {
+        name: name.into(),
+        kind,
+        digest: sha256_hex(&wasm),
+        wasm,
+        config: config.into(),
+    }
+}
+
+fn registry() -> Arc<Registry> {
+    Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None)
+}
+
+fn catalog() -> Vec<InstanceType> {
+    [
+        ("m2a.large", 2u64, 8u64, 0u64, 96_000u64),
+        ("c2a.large", 2, 4, 0, 80_000),
+        ("m2a.xlarge", 4, 16, 0, 192_000),
+        ("r2a.large", 2, 16, 0, 120_000),
+        ("gn1i.xlarge", 4, 16, 1, 900_000),
+    ]
+    .into_iter()
+    .map(|(name, cpu, mem, gpu, price)| {
+        let mut capacity = Resources::new(cpu * 1000, mem << 30, 110);
+        if gpu > 0 {
+            capacity = capacity.add(&Resources::ZERO.with(Dim::Gpus, gpu));
+        }
+        InstanceType::new(
+            name,
+            capacity,
+            vec![Offering {
+                zone: "kr-central-2-a".into(),
+                capacity_type: "on-demand".into(),
+                price_micros: price,
+                available: true,
+            }],
+        )
+    })
+    .collect()
+}
+
+fn rank_names(
+    ranker: &dyn InstanceRanker,
+    types: &[InstanceType],
+    requests: Resources,
+) -> Result<Vec<String>, String> {
+    let candidates: Vec<Candidate<'_>> = types
+        .iter()
+        .map(|t| Candidate {
+            instance_type: t,
+            allocatable: t.allocatable(),
+            offerings: t.offerings.iter().collect(),
+        })
+        .collect();
+    let req = RankRequest {
+        node_pool: "default",
+        requests,
+        candidates: &candidates,
+    };
+    ranker
+        .rank(&req)
+        .map(|o| o.into_iter().map(|i| types[i].name.clone()).collect())
+        .map_err(|e| e.to_string())
+}
+
+fn small() -> Resources {
+    Resources::new(1000, 2 << 30, 1)
+}
+
+#[test]
+fn default_selector_ranks_the_cheapest_fitting_offering_first_and_honours_its_config() {
+    let reg = registry();
+    reg.apply(&source(
+        "instance-selector",
+        "instance-selector",
+        Kind::Selector,
+        "{}",
+    ))
+    .expect("default plugin loads");
+    let ranker = PluginRanker {
+        registry: reg.clone(),
+    };
+    let types = catalog();
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(
+        order.first().map(String::as_str),
+        Some("c2a.large"),
+        "{order:?}"
+    );
+    assert!(
+        !order.contains(&"gn1i.xlarge".to_owned())
+            || order.last().map(String::as_str) == Some("gn1i.xlarge")
+    );
+
+    reg.apply(&source(
+        "instance-selector",
+        "instance-selector",
+        Kind::Selector,
+        r#"{"denyFamilies": ["c2a"]}"#,
+    ))
+    .unwrap();
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert!(
+        !order.iter().any(|n| n.starts_with("c2a")),
+        "denied family left out: {order:?}"
+    );
+    assert_eq!(order[0], "m2a.large");
+}
+
+#[test]
+fn the_gpu_example_keeps_gpu_flavors_for_gpu_pods() {
+    let reg = registry();
+    reg.apply(&source(
+        "gpu-aware",
+        "gpu-aware-selector",
+        Kind::Selector,
+        r#"{"preferFamilies": ["r2a"]}"#,
+    ))
+    .unwrap();
+    let ranker = PluginRanker { registry: reg };
+    let types = catalog();
+    let cpu = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(cpu[0], "r2a.large", "the preferred family first: {cpu:?}");
+    assert!(!cpu.contains(&"gn1i.xlarge".to_owned()));
+    let gpu = rank_names(
+        &ranker,
+        &types,
+        small().add(&Resources::ZERO.with(Dim::Gpus, 1)),
+    )
+    .unwrap();
+    assert_eq!(gpu, ["gn1i.xlarge"]);
+}
+
+#[test]
+fn hostile_plugins_are_rejected_and_the_previous_one_keeps_answering() {
+    let reg = registry();
+    reg.apply(&source(
+        "selector",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "reverse"}"#,
+    ))
+    .unwrap();
+    let ranker = PluginRanker {
+        registry: reg.clone(),
+    };
+    let types = catalog();
+    let before = rank_names(&ranker, &types, small()).unwrap();
+    for (mode, expect) in [
+        ("trap", "trapped"),
+        ("loop", "deadline"),
+        ("alloc", "trapped"),
+        ("out-of-range", "out of range"),
+        ("duplicate", "twice"),
+        ("oversized", "too much"),
+    ] {
+        let err = reg
+            .apply(&source(
+                "selector",
+                "hostile-selector",
+                Kind::Selector,
+                &format!(r#"{{"mode": "{mode}"}}"#),
+            ))
+            .expect_err(mode)
+            .to_string();
+        assert!(err.contains(expect), "{mode}: {err}");
+        assert!(
+            err.contains("selector"),
+            "the error names the plugin: {err}"
+        );
+        assert_eq!(
+            rank_names(&ranker, &types, small()).unwrap(),
+            before,
+            "after {mode} the previous plugin answers"
+        );
+    }
+    // Flooding the log is capped, not fatal.
+    reg.apply(&source(
+        "selector",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "log-flood"}"#,
+    ))
+    .unwrap();
+}
+
+#[test]
+fn wrong_world_digest_mismatch_and_garbage_are_refused_and_gzip_is_accepted() {
+    let reg = registry();
+    let err = reg
+        .apply(&source(
+            "scorer-as-selector",
+            "consolidation-scorer",
+            Kind::Selector,
+            "{}",
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("does not implement the instance-selector world"),
+        "{err}"
+    );
+
+    let mut bad = source("selector", "instance-selector", Kind::Selector, "{}");
+    bad.digest = "0".repeat(64);
+    let err = reg.apply(&bad).unwrap_err().to_string();
+    assert!(err.contains("digest mismatch"), "{err}");
+    assert!(
+        reg.active(Kind::Selector).is_none(),
+        "nothing refused ever serves"
+    );
+
+    let mut junk = source("selector", "instance-selector", Kind::Selector, "{}");
+    junk.wasm = b"not wasm".to_vec();
+    junk.digest = sha256_hex(&junk.wasm);
+    assert!(
+        reg.apply(&junk)
+            .unwrap_err()
+            .to_string()
+            .contains("not a valid component")
+    );
+
+    let mut gz = source("selector", "instance-selector", Kind::Selector, "{}");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut enc, &gz.wasm).unwrap();
+    gz.wasm = enc.finish().unwrap();
+    let loaded = reg.apply(&gz).expect("gzip accepted");
+    assert_eq!(
+        loaded.digest,
+        sha256_hex(&component("instance-selector")),
+        "digest is over the uncompressed component"
+    );
+}
+
+#[test]
+fn a_swap_under_concurrent_calls_gives_only_old_or_new_answers() {
+    let reg = registry();
+    reg.apply(&source(
+        "selector",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "identity"}"#,
+    ))
+    .unwrap();
+    let types = Arc::new(catalog());
+    let identity: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
+    let reverse: Vec<String> = identity.iter().rev().cloned().collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (reg, types, stop, calls) =
+                (reg.clone(), types.clone(), stop.clone(), calls.clone());
+            let (identity, reverse) = (identity.clone(), reverse.clone());
+            std::thread::spawn(move || {
+                let ranker = PluginRanker { registry: reg };
+                let mut seen_new = false;
+                while !stop.load(Ordering::Relaxed) {
+                    let got =
+                        rank_names(&ranker, &types, small()).expect("no call fails during a swap");
+                    assert!(got == identity || got == reverse, "{got:?}");
+                    seen_new |= got == reverse;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+                seen_new
+            })
+        })
+        .collect();
+    while calls.load(Ordering::Relaxed) < 20 {
+        std::thread::yield_now();
+    }
+    for i in 0..6 {
+        let mode = if i % 2 == 0 { "reverse" } else { "identity" };
+        reg.apply(&source(
+            "selector",
+            "hostile-selector",
+            Kind::Selector,
+            &format!(r#"{{"mode": "{mode}"}}"#),
+        ))
+        .unwrap();
+    }
+    reg.apply(&source(
+        "selector",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "reverse"}"#,
+    ))
+    .unwrap();
+    let target = calls.load(Ordering::Relaxed) + 20;
+    while calls.load(Ordering::Relaxed) < target {
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        assert!(
+            w.join().expect("worker saw no error"),
+            "the new plugin answered after the swap"
+        );
+    }
+}
+
+fn join_input(cni: &str) -> UserdataInput {
+    UserdataInput {
+        api_endpoint: "https://10.0.0.10:6443".into(),
+        ca_pem: "-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".into(),
+        ca_hash: format!("sha256:{}", "a".repeat(64)),
+        bootstrap_token: "abcdef.0123456789abcdef".into(),
+        kubernetes_version: "1.35".into(),
+        node_name: "node-1".into(),
+        labels: [
+            ("karpenter.sh/nodepool".to_owned(), "default".to_owned()),
+            ("team".to_owned(), "web".to_owned()),
+        ]
+        .into(),
+        taints: vec![k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            value: Some("web".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }],
+        startup_taints: Vec::new(),
+        kubelet_args: [("max-pods".to_owned(), "110".to_owned())].into(),
+        cni: cni.into(),
+    }
+}
+
+#[test]
+fn the_userdata_plugin_joins_with_kubeadm_and_adds_the_cilium_taint_only_for_cilium() {
+    let reg = registry();
+    reg.apply(&source(
+        "kubeadm-userdata",
+        "kubeadm-userdata",
+        Kind::Userdata,
+        "{}",
+    ))
+    .unwrap();
+    let renderer = PluginRenderer { registry: reg };
+    let cilium = renderer.render(&join_input("cilium")).unwrap();
+    assert!(
+        cilium.contains("kubeadm")
+            && cilium.contains("abcdef.0123456789abcdef")
+            && cilium.contains("10.0.0.10:6443"),
+        "{cilium}"
+    );
+    let reg_c = parse_registration(&cilium);
+    assert_eq!(reg_c.node_name.as_deref(), Some("node-1"));
+    assert_eq!(reg_c.labels.get("team").map(String::as_str), Some("web"));
+    assert!(
+        reg_c
+            .taints
+            .iter()
+            .any(|t| t.key == "node.cilium.io/agent-not-ready" && t.effect == "NoExecute"),
+        "{:?}",
+        reg_c.taints
+    );
+    assert!(reg_c.taints.iter().any(|t| t.key == "dedicated"));
+    let calico = parse_registration(&renderer.render(&join_input("calico")).unwrap());
+    assert!(
+        !calico
+            .taints
+            .iter()
+            .any(|t| t.key.starts_with("node.cilium.io")),
+        "{:?}",
+        calico.taints
+    );
+}
+
+#[test]
+fn the_scorer_plugin_returns_one_finite_score_per_candidate() {
+    let reg = registry();
+    reg.apply(&source(
+        "consolidation-scorer",
+        "consolidation-scorer",
+        Kind::Scorer,
+        "{}",
+    ))
+    .unwrap();
+    let scorer = PluginScorer { registry: reg };
+    let candidate = |name: &str, fit: bool, cost: f64| ScoreCandidate {
+        node_name: name.into(),
+        instance_type: "m2a.large".into(),
+        node_pool: "default".into(),
+        zone: "kr-central-2-a".into(),
+        capacity_type: "on-demand".into(),
+        price_micros: 100_000,
+        cpu_utilisation_permille: 100,
+        memory_utilisation_permille: 100,
+        age_seconds: 7200,
+        pod_count: 1,
+        disruption_cost: cost,
+        pods_fit_elsewhere: fit,
+        replacement_price_micros: None,
+        reason: Reason::Underutilized,
+    };
+    let scores = scorer
+        .score(&[
+            candidate("cheap-to-move", true, 1.0),
+            candidate("costly", true, 8.0),
+            candidate("stuck", false, 1.0),
+        ])
+        .unwrap();
+    assert_eq!(scores.len(), 3);
+    assert!(scores.iter().all(|s| s.is_finite()));
+    assert!(
+        scores[0] > scores[1],
+        "less disruption per saving scores higher: {scores:?}"
+    );
+    assert!(scores[2] <= 0.0, "a node with no saving keeps: {scores:?}");
+}
+
+#[test]
+fn compiled_components_are_cached_so_a_restart_does_not_recompile() {
+    let dir = std::env::temp_dir().join(format!("kk-plugin-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = Registry::new(
+        Runtime::new(Bounds::default(), Some(dir.clone())).unwrap(),
+        None,
+    );
+    first
+        .apply(&source(
+            "instance-selector",
+            "instance-selector",
+            Kind::Selector,
+            "{}",
+        ))
+        .unwrap();
+    assert_eq!(first.compiled(), 1);
+    let second = Registry::new(
+        Runtime::new(Bounds::default(), Some(dir.clone())).unwrap(),
+        None,
+    );
+    second
+        .apply(&source(
+            "instance-selector",
+            "instance-selector",
+            Kind::Selector,
+            "{}",
+        ))
+        .unwrap();
+    assert_eq!(
+        second.compiled(),
+        0,
+        "the restart loaded the cached artifact"
+    );
+    let ranker = PluginRanker { registry: second };
+    assert_eq!(
+        rank_names(&ranker, &catalog(), small()).unwrap()[0],
+        "c2a.large"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
