@@ -6,6 +6,8 @@ source scripts/env.sh
 
 bash scripts/setup.sh
 bash scripts/build-plugins.sh
+# The default plugins into the chart, for the helm install test (host/tests/chart_install.rs).
+bash scripts/package-chart.sh --no-package
 bash tests/controlplane/build.sh
 # helm for the chart tests (host/tests/chart_*.rs) and the demo.
 bash tests/controlplane/build-helm.sh

@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p karpenter-kakaocloud --bench consolidation` prints, per scorer: nodes, pods,
 //! the action found, the hourly saving, and the median time per pass. `KK_BENCH_SCORER_WASM`
-//! (a consolidation-scorer component) adds the plugin's row when the plugin runtime is built in.
+//! (a consolidation-scorer component; default: the built plugins/consolidation-scorer) gives the
+//! plugin's row.
 //!
 //! The cluster: nodes of 2 to 16 vCPUs from a 4-size catalog, 3 zones, each running pods at a
 //! random 10-90 % of its CPU (seed 7), some nodes a few hours old and some fresh; so there are
@@ -18,6 +19,8 @@ use karpenter_kakaocloud::disruption::{
     ClusterSnapshot, ConsolidationScorer, NodeState, PodState, PoolState, SavingsPerDisruption,
     plan,
 };
+use karpenter_kakaocloud::plugins::engine::sha256_hex;
+use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginScorer, Registry, Runtime, Source};
 use karpenter_kakaocloud::provisioning::{InstanceType, Offering, Resources};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -159,4 +162,38 @@ fn bench(label: &str, scorer: &dyn ConsolidationScorer) {
 
 fn main() {
     bench("native savings-per-disruption", &SavingsPerDisruption);
+    // The default consolidation-scorer component, the same policy through the plugin runtime.
+    let path = std::env::var_os("KK_BENCH_SCORER_WASM")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| plugin_dir().join("consolidation-scorer.wasm"));
+    let Ok(wasm) = std::fs::read(&path) else {
+        println!(
+            "\n(no {}: run scripts/build-plugins.sh for the plugin row)",
+            path.display()
+        );
+        return;
+    };
+    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    registry
+        .apply(&Source {
+            name: "consolidation-scorer".into(),
+            kind: Kind::Scorer,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: "{}".into(),
+        })
+        .expect("the default scorer loads");
+    bench(
+        "plugin consolidation-scorer (component)",
+        &PluginScorer { registry },
+    );
+}
+
+fn plugin_dir() -> std::path::PathBuf {
+    std::env::var_os("KK_PLUGIN_DIR")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        })
 }

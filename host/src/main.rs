@@ -15,6 +15,7 @@ use karpenter_kakaocloud::kakaocloud;
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
 use karpenter_kakaocloud::ownership;
+use karpenter_kakaocloud::plugins::{self, PluginRanker, PluginRenderer, PluginScorer};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -70,6 +71,32 @@ async fn main() {
     }
 }
 
+/// The plugin registry, fed by the plugin ConfigMaps of the system namespace. Every replica
+/// watches them (a standby has its plugins compiled and checked before it leads). An unusable
+/// cache directory only costs compile time, so it is a warning.
+fn start_plugins(
+    kube: &kube::Client,
+    namespace: &str,
+    cache_dir: Option<std::path::PathBuf>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Arc<plugins::Registry>> {
+    let runtime = match plugins::Runtime::new(plugins::Bounds::default(), cache_dir.clone()) {
+        Ok(r) => r,
+        Err(err) => {
+            tracing::warn!(error = %err, dir = ?cache_dir, "plugin cache unusable; compiling without it");
+            plugins::Runtime::new(plugins::Bounds::default(), None)
+                .context("starting the plugin engine")?
+        }
+    };
+    let registry = plugins::Registry::new(runtime, Some(metrics.clone()));
+    tokio::spawn(plugins::watcher::run(
+        kube.clone(),
+        namespace.to_owned(),
+        registry.clone(),
+    ));
+    Ok(registry)
+}
+
 async fn run(startup: Startup) -> anyhow::Result<i32> {
     kakaocloud::install_crypto_provider();
     let Startup {
@@ -79,6 +106,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         project_id,
         leader: leader_config,
         health_port,
+        plugin_cache_dir,
         ..
     } = startup;
     tracing::info!(
@@ -144,6 +172,12 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         )
     })?;
     let join = operator::resolve_join_info(&kube, &cloud, &settings).await?;
+    let plugins = start_plugins(
+        &kube,
+        &settings.system_namespace,
+        plugin_cache_dir,
+        &metrics,
+    )?;
     ready.set(true);
 
     let start_operator = || {
@@ -153,7 +187,17 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             settings.clone(),
             keyring.clone(),
             join.clone(),
-            Plugins::default(),
+            Plugins {
+                ranker: Arc::new(PluginRanker {
+                    registry: plugins.clone(),
+                }),
+                renderer: Arc::new(PluginRenderer {
+                    registry: plugins.clone(),
+                }),
+                scorer: Arc::new(PluginScorer {
+                    registry: plugins.clone(),
+                }),
+            },
             metrics.clone(),
         )
     };

@@ -45,6 +45,7 @@ pub const VARIABLES: &[&str] = &[
     "HEALTH_PROBE_PORT",
     "LOG_LEVEL",
     "LOG_FORMAT",
+    "PLUGIN_CACHE_DIR",
     // Read by Settings::from_map.
     "CLUSTER_NAME",
     "CLUSTER_ENDPOINT",
@@ -86,6 +87,8 @@ pub struct Startup {
     pub health_port: u16,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Where compiled plugins are cached; `None` compiles on every start.
+    pub plugin_cache_dir: Option<std::path::PathBuf>,
 }
 
 fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
@@ -240,6 +243,7 @@ impl Startup {
             health_port,
             log_level: get("LOG_LEVEL").unwrap_or_else(|| "info".into()),
             log_format,
+            plugin_cache_dir: get("PLUGIN_CACHE_DIR").map(Into::into),
         })
     }
 }

@@ -12,6 +12,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_karpenter-kakaocloud");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_guide_with_helm() {
+    assert!(
+        kk_demo::chart_dir()
+            .join("plugins/instance-selector/plugin.wasm.gz")
+            .is_file(),
+        "the chart has no default plugins: run scripts/package-chart.sh --no-package"
+    );
     let began = Instant::now();
     let cluster = Cluster::start(kakaocloud_sim::SimConfig::default())
         .await
@@ -132,6 +138,112 @@ async fn install_guide_with_helm() {
         cluster.instances().len(),
         "one instance per NodeClaim"
     );
+
+    // The chart brought the default plugins and the leader serves them.
+    for name in [
+        "instance-selector",
+        "consolidation-scorer",
+        "kubeadm-userdata",
+    ] {
+        wait_for(
+            &format!("{name} active"),
+            Duration::from_secs(60),
+            || async {
+                let events = cluster.plugin_events(name).await?;
+                Ok(events
+                    .iter()
+                    .any(|(r, _)| r == "PluginActive")
+                    .then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    }
+    let (_, body) = a.http_get(a.metrics_port, "/metrics").unwrap();
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("karpenter_kakaocloud_plugin_active")
+                && l.contains("plugin=\"instance-selector\"")
+                && l.ends_with(" 1")),
+        "{body}"
+    );
+
+    // Hot swap: the example selector, preferring a family the default did not choose, replaces
+    // the instance-selector ConfigMap; the next node is of that family, with no restart.
+    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
+    let before = cluster
+        .instance_types_of("karpenter-default")
+        .await
+        .unwrap();
+    let prefer = ["r2a", "m2a", "c2a"]
+        .into_iter()
+        .find(|f| !before.iter().any(|t| family(t) == *f))
+        .unwrap();
+    let swapped_at = Instant::now();
+    let digest = cluster
+        .swap_selector(
+            "gpu-aware-selector",
+            &format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
+        )
+        .unwrap();
+    wait_for(
+        "the example selector active",
+        Duration::from_secs(60),
+        || async {
+            let events = cluster.plugin_events("instance-selector").await?;
+            Ok(events
+                .iter()
+                .any(|(r, n)| r == "PluginActive" && n.contains(&digest))
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    eprintln!(
+        "plugin swapped {:.1}s after kubectl apply",
+        swapped_at.elapsed().as_secs_f64()
+    );
+    cluster.apply_swap_workload().unwrap();
+    let swapped = wait_for(
+        "a swap-demo NodeClaim",
+        Duration::from_secs(120),
+        || async {
+            let types = cluster.instance_types_of("swap-demo").await?;
+            Ok((!types.is_empty()).then_some(types))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    assert!(
+        swapped.iter().all(|t| family(t) == prefer),
+        "default chose {before:?}; after the swap to prefer {prefer}: {swapped:?}"
+    );
+
+    // A tampered ConfigMap (digest of other bytes) is refused; the example keeps serving.
+    let wasm = std::fs::read(kk_demo::plugin_component("instance-selector").unwrap()).unwrap();
+    let tampered = kk_demo::plugin_configmap_json(
+        "instance-selector",
+        "instance-selector",
+        &wasm,
+        &digest,
+        "{}",
+    )
+    .unwrap();
+    cluster
+        .kubectl(&["apply", "-f", "-"], Some(&tampered))
+        .unwrap();
+    let rejection = wait_for("PluginRejected", Duration::from_secs(60), || async {
+        let events = cluster.plugin_events("instance-selector").await?;
+        Ok(events.into_iter().find(|(r, _)| r == "PluginRejected"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    assert!(rejection.1.contains("digest mismatch"), "{rejection:?}");
+    assert!(
+        rejection.1.contains(&digest[..12]),
+        "names who keeps serving: {rejection:?}"
+    );
+    assert_eq!(a.exited(), None, "no restart: {}", a.log_text());
 
     // Only the leader acted; the standby never started controllers.
     assert!(a.log_text().contains("controllers started (leader)"));

@@ -36,6 +36,53 @@ pub const KUBERNETES_MINOR: &str = "1.35";
 /// The managed node the controller pods run on (a KE node pool node, played by kwok).
 pub const MANAGED_NODE: &str = "ke-managed-worker-1";
 
+/// A plugin component built by scripts/build-plugins.sh (`<crate_file>.wasm` in $KK_PLUGIN_DIR).
+pub fn plugin_component(crate_file: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::var_os("KK_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        });
+    let path = dir.join(format!("{crate_file}.wasm"));
+    if !path.is_file() {
+        bail!(
+            "{} is missing: run scripts/build-plugins.sh",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A plugin ConfigMap of the release namespace, as scripts/plugin-configmap.sh writes it: the
+/// gzip component, `digest` as its sha256 annotation, the world label, `config` as config.json.
+pub fn plugin_configmap_json(
+    name: &str,
+    world: &str,
+    wasm: &[u8],
+    digest: &str,
+    config: &str,
+) -> anyhow::Result<String> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(wasm)?;
+    let cm = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {karpenter_kakaocloud::plugins::WORLD_LABEL: world},
+            "annotations": {karpenter_kakaocloud::plugins::DIGEST_ANNOTATION: digest},
+        },
+        "data": {"config.json": config},
+        "binaryData": {"plugin.wasm": base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            gz.finish()?,
+        )},
+    });
+    Ok(cm.to_string())
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -422,6 +469,9 @@ helm upgrade --install karpenter-provider-kakaocloud \
         let (metrics_port, health_port) = (free_port(), free_port());
         env.insert("METRICS_PORT".into(), metrics_port.to_string());
         env.insert("HEALTH_PROBE_PORT".into(), health_port.to_string());
+        // The pod's emptyDir, one per pod.
+        let cache = self.work.path().join(format!("{pod_name}-plugin-cache"));
+        env.insert("PLUGIN_CACHE_DIR".into(), cache.display().to_string());
         for (k, v) in overrides {
             env.insert((*k).into(), (*v).into());
         }
@@ -547,6 +597,112 @@ helm upgrade --install karpenter-provider-kakaocloud \
             .await?
             .into_iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect())
+    }
+
+    /// The hot swap: replaces the `instance-selector` ConfigMap (the chart's) with the built
+    /// component `crate_file` (e.g. `gpu_aware_selector`) and `config`, as
+    /// `scripts/plugin-configmap.sh <crate> --name instance-selector | kubectl apply -f -` does.
+    /// Returns the component's sha256.
+    pub fn swap_selector(&self, crate_file: &str, config: &str) -> anyhow::Result<String> {
+        let path = plugin_component(crate_file)?;
+        let wasm = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let digest = karpenter_kakaocloud::plugins::engine::sha256_hex(&wasm);
+        let cm = plugin_configmap_json(
+            "instance-selector",
+            "instance-selector",
+            &wasm,
+            &digest,
+            config,
+        )?;
+        self.kubectl(&["apply", "-f", "-"], Some(&cm))?;
+        Ok(digest)
+    }
+
+    /// Events the controllers published on plugin ConfigMap `name`: (reason, message).
+    pub async fn plugin_events(&self, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.kube.clone(), NAMESPACE)
+                .list(&ListParams::default())
+                .await?;
+        Ok(events
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ConfigMap")
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect())
+    }
+
+    /// A second NodePool (`swap-demo`, same KCNodeClass) and a one-replica Deployment that only
+    /// it can serve, so the next node is a new one whose flavor the active selector chose.
+    pub fn apply_swap_workload(&self) -> anyhow::Result<()> {
+        let manifest = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: swap-demo
+spec:
+  template:
+    metadata:
+      labels:
+        workload-type: swap-demo
+    spec:
+      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["on-demand"]
+      nodeClassRef:
+        group: karpenter.kakaocloud.com
+        kind: KCNodeClass
+        name: karpenter-default
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: swap-demo
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: swap-demo}
+  template:
+    metadata:
+      labels: {app: swap-demo}
+    spec:
+      nodeSelector:
+        workload-type: swap-demo
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          resources:
+            requests: {cpu: "1", memory: 2Gi}
+"#;
+        self.kubectl(&["apply", "-f", "-"], Some(manifest))?;
+        Ok(())
+    }
+
+    /// Instance types of the NodeClaims of NodePool `pool`.
+    pub async fn instance_types_of(&self, pool: &str) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .nodeclaims()
+            .await?
+            .into_iter()
+            .filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("karpenter.sh/nodepool"))
+                    .map(String::as_str)
+                    == Some(pool)
+            })
+            .filter_map(|c| {
+                c.metadata
+                    .labels
+                    .and_then(|mut l| l.remove("node.kubernetes.io/instance-type"))
+            })
             .collect())
     }
 

@@ -1,0 +1,208 @@
+//! `rank` through the plugin runtime against the same policy called natively.
+//!
+//! `cargo bench -p karpenter-kakaocloud --bench plugin_rank` prints, for 10, 100 and 500
+//! candidate instance types, the median time of:
+//! - `native policy`: the default instance-selector's code (plugins/instance-selector) compiled
+//!   into this binary and called through the SDK's native harness, on the SDK's own records;
+//! - `component`: the same crate built as a WebAssembly component, called as the controller
+//!   calls it (host records converted to WIT, a fresh instance with its own store, limits and
+//!   deadline, the result validated);
+//! - `host native`: the controller's built-in cheapest-fit ranker, for reference;
+//! - `instantiate`: a fresh instance and an empty `rank` call (the fixed cost of every call);
+//! - the target: component within 2x native plus 20 us.
+//!
+//! Needs the built component ($KK_PLUGIN_DIR/instance-selector.wasm, scripts/build-plugins.sh).
+
+use std::time::{Duration, Instant};
+
+use karpenter_kakaocloud::plugins::convert;
+use karpenter_kakaocloud::plugins::engine::sha256_hex;
+use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
+use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
+use karpenter_kakaocloud::provisioning::{
+    Candidate, CheapestFitRanker, InstanceRanker, RankRequest, Resources,
+};
+use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
+
+const GI: u64 = 1 << 30;
+const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];
+const FAMILIES: [(&str, u64); 4] = [("m2a", 4), ("c2a", 2), ("r2a", 8), ("t1i", 4)];
+
+/// `n` instance types: four families, sizes of 1 to 64 vCPUs, three zones each (every fifth
+/// offering unavailable), prices that grow with size and differ per family.
+struct Shape {
+    name: String,
+    cpus: u64,
+    mem_gib: u64,
+    prices: [u64; 3],
+    available: [bool; 3],
+}
+
+fn shapes(n: usize) -> Vec<Shape> {
+    (0..n)
+        .map(|i| {
+            let (family, gib_per_cpu) = FAMILIES[i % FAMILIES.len()];
+            let cpus = 1 + (i as u64 * 7) % 64;
+            let base = cpus * 40_000 + gib_per_cpu * cpus * 4_000 + (i as u64 % 13) * 100;
+            Shape {
+                name: format!("{family}.s{i}"),
+                cpus,
+                mem_gib: cpus * gib_per_cpu,
+                prices: [base, base + 1_000, base + 2_000],
+                available: [0, 1, 2].map(|z| (i + z) % 5 != 0),
+            }
+        })
+        .collect()
+}
+
+fn host_types(shapes: &[Shape]) -> Vec<InstanceType> {
+    shapes
+        .iter()
+        .map(|s| {
+            let offerings = (0..3)
+                .map(|z| Offering {
+                    zone: ZONES[z].into(),
+                    capacity_type: "on-demand".into(),
+                    price_micros: s.prices[z],
+                    available: s.available[z],
+                })
+                .collect();
+            InstanceType::new(
+                s.name.clone(),
+                Resources::new(s.cpus * 1000, s.mem_gib * GI, 110),
+                offerings,
+            )
+        })
+        .collect()
+}
+
+fn sdk_input(shapes: &[Shape]) -> karpenter_kakaocloud_sdk::RankInput {
+    RankInputBuilder::new()
+        .pods(3)
+        .requests(1500, 3 * GI)
+        .candidates(shapes.iter().map(|s| {
+            (0..3)
+                .fold(
+                    InstanceTypeBuilder::new(&s.name, s.cpus * 1000, s.mem_gib * GI),
+                    |b, z| b.offering(ZONES[z], s.prices[z], s.available[z]),
+                )
+                .build()
+        }))
+        .build()
+}
+
+/// Median of `f` over enough runs for about 0.3 s (at least 20).
+fn median(mut f: impl FnMut()) -> Duration {
+    f();
+    let probe = Instant::now();
+    f();
+    let one = probe.elapsed().max(Duration::from_nanos(200));
+    let runs =
+        ((Duration::from_millis(300).as_nanos() / one.as_nanos()) as usize).clamp(20, 20_000);
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+fn main() {
+    let dir = std::env::var_os("KK_PLUGIN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        });
+    let path = dir.join("instance-selector.wasm");
+    let wasm = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh", path.display()));
+    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    let compile = Instant::now();
+    registry
+        .apply(&Source {
+            name: "instance-selector".into(),
+            kind: Kind::Selector,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: "{}".into(),
+        })
+        .expect("the default selector loads");
+    println!(
+        "instance-selector component: compiled, linked and self-tested in {:.1?}",
+        compile.elapsed()
+    );
+    let plugin = registry.active(Kind::Selector).unwrap();
+    let ranker = PluginRanker {
+        registry: registry.clone(),
+    };
+
+    let empty = RankRequest {
+        node_pool: "bench",
+        requests: Resources::new(1500, 3 * GI, 3),
+        candidates: &[],
+    };
+    let empty_input = convert::rank_input(&empty);
+    let instantiate = median(|| {
+        plugin.rank(&empty_input).unwrap();
+    });
+
+    println!(
+        "\n{:>10} {:>14} {:>14} {:>14} {:>14} {:>10} {:>14}",
+        "candidates", "native policy", "component", "host native", "instantiate", "ratio", "target"
+    );
+    for n in [10, 100, 500] {
+        let shapes = shapes(n);
+        let types = host_types(&shapes);
+        let candidates: Vec<Candidate<'_>> = types
+            .iter()
+            .map(|t| Candidate {
+                instance_type: t,
+                allocatable: t.allocatable(),
+                offerings: t.offerings.iter().filter(|o| o.available).collect(),
+            })
+            .collect();
+        let request = RankRequest {
+            node_pool: "bench",
+            requests: Resources::new(1500, 3 * GI, 3),
+            candidates: &candidates,
+        };
+        let input = sdk_input(&shapes);
+
+        // Same policy, same answer: the component's order is the native crate's order.
+        let native_order: Vec<usize> = testing::rank::<instance_selector::CheapestFit>(&input)
+            .unwrap()
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        assert_eq!(
+            ranker.rank(&request).unwrap(),
+            native_order,
+            "{n} candidates"
+        );
+
+        let native = median(|| {
+            std::hint::black_box(testing::rank::<instance_selector::CheapestFit>(&input).unwrap());
+        });
+        let component = median(|| {
+            std::hint::black_box(ranker.rank(&request).unwrap());
+        });
+        let host = median(|| {
+            std::hint::black_box(CheapestFitRanker.rank(&request).unwrap());
+        });
+        let target = native * 2 + Duration::from_micros(20);
+        println!(
+            "{n:>10} {:>14.1?} {:>14.1?} {:>14.1?} {:>14.1?} {:>9.1}x {:>14.1?} {}",
+            native,
+            component,
+            host,
+            instantiate,
+            component.as_secs_f64() / native.as_secs_f64(),
+            target,
+            if component <= target { "met" } else { "MISSED" }
+        );
+    }
+}
