@@ -3,7 +3,7 @@
 #
 #   scripts/plugin-configmap.sh <crate-dir> [--name N] [--namespace NS] [--config FILE]
 #
-# The name defaults to the crate name, the namespace to `karpenter`, the config to
+# The name defaults to the crate name, the namespace to `karpenter-kakaocloud` (the install guide's), the config to
 # <crate-dir>/config.json when it exists (else `{}`). Apply it with `kubectl apply -f -`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

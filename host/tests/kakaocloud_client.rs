@@ -273,14 +273,30 @@ async fn instance_lifecycle_create_list_get_update_delete() {
         Err(Error::InvalidInput { .. })
     ));
 
-    assert_eq!(
-        client.instances().delete(&id).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        client.instances().delete(&id).await.unwrap(),
-        DeleteOutcome::AlreadyGone
-    );
+    // Deleting goes through the ownership check only: tag it, delete, delete again.
+    let keyring = Keyring::from_json(
+        br#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#,
+    )
+    .unwrap();
+    let tag = keyring.sign("demo-cluster", "claim", &id).unwrap();
+    client
+        .instances()
+        .update_description(&id, &compose_description("hello world", &tag))
+        .await
+        .unwrap();
+    let (outcome, _) = client
+        .instances()
+        .delete_owned(&id, &keyring, "demo-cluster")
+        .await
+        .unwrap();
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(matches!(
+        client
+            .instances()
+            .delete_owned(&id, &keyring, "demo-cluster")
+            .await,
+        Err(DeleteOwnedError::Api(Error::NotFound { .. }))
+    ));
     assert!(matches!(
         client.instances().get(&id).await,
         Err(Error::NotFound { .. })

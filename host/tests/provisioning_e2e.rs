@@ -452,3 +452,72 @@ async fn a_restart_mid_launch_creates_no_duplicate_instance() {
         claims[0].metadata.name.as_deref()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
+    use karpenter_kakaocloud::plugins::engine::sha256_hex;
+    use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
+
+    // The operator ranks through the plugin seam; with nothing loaded the native default serves.
+    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    let env = Env::start(Options {
+        ranker: Some(std::sync::Arc::new(PluginRanker {
+            registry: registry.clone(),
+        })),
+        ..Options::default()
+    })
+    .await;
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("custom").await.unwrap();
+    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
+
+    env.apply_in(
+        &ns,
+        &deployment("before", 1, "karpenter", small(), json!({})),
+    );
+    let pods = env.wait_running(&ns, "before", 1).await;
+    let default_flavor = label(
+        &env.node_of(&pods[0]).await,
+        "node.kubernetes.io/instance-type",
+    )
+    .to_owned();
+
+    // examples/gpu-aware-selector, built to a component, preferring a family the default did
+    // not choose; the same pod shape in a second pool then gets that family.
+    let prefer = ["r2a", "m2a", "c2a"]
+        .into_iter()
+        .find(|f| family(&default_flavor) != *f)
+        .unwrap();
+    let dir = std::env::var_os("KK_PLUGIN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        });
+    let wasm =
+        std::fs::read(dir.join("gpu-aware-selector.wasm")).expect("run scripts/build-plugins.sh");
+    registry
+        .apply(&Source {
+            name: "gpu-aware-selector".into(),
+            kind: Kind::Selector,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
+        })
+        .expect("the example loads");
+    env.kubectl_apply(&nodepool("custom", json!({}), None));
+    env.apply_in(&ns, &deployment("after", 1, "custom", small(), json!({})));
+    let pods = env.wait_running(&ns, "after", 1).await;
+    let chosen = label(
+        &env.node_of(&pods[0]).await,
+        "node.kubernetes.io/instance-type",
+    )
+    .to_owned();
+    assert_eq!(
+        family(&chosen),
+        prefer,
+        "default chose {default_flavor}, the example preferring {prefer} chose {chosen}"
+    );
+    let claims = env.claims_of("custom").await;
+    assert_eq!(claims.len(), 1);
+}

@@ -191,8 +191,9 @@ impl Instances<'_> {
         Ok(reply.json::<InstanceResponse>()?.instance)
     }
 
-    /// Deletes by ID without any ownership check; prefer [`Self::delete_owned`].
-    pub async fn delete(&self, id: &str) -> Result<DeleteOutcome, Error> {
+    /// Deletes by ID without any ownership check: private, so every delete of the controller
+    /// goes through [`Self::delete_owned`].
+    async fn delete_unverified(&self, id: &str) -> Result<DeleteOutcome, Error> {
         let call = Call::get(
             Service::Bcs,
             api::paths::instance(id),
@@ -228,7 +229,10 @@ impl Instances<'_> {
         let owner = keyring
             .verify_description(description, cluster, &instance.id)
             .map_err(DeleteOwnedError::NotOwned)?;
-        let outcome = self.delete(id).await.map_err(DeleteOwnedError::Api)?;
+        let outcome = self
+            .delete_unverified(id)
+            .await
+            .map_err(DeleteOwnedError::Api)?;
         Ok((outcome, owner))
     }
 }

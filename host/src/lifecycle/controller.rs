@@ -508,6 +508,29 @@ impl Lifecycle {
         labels
     }
 
+    /// Signs `instance` (created for NodeClaim `claim`, found by its deterministic name) unless
+    /// its tag already verifies. The create and the tag are two calls (the tag binds the
+    /// instance ID), so a controller killed between them leaves an untagged instance that only
+    /// this step adopts.
+    async fn ensure_tagged(&self, claim: &str, instance: &Instance) -> Result<(), LifecycleError> {
+        let keyring = self.keyring.current();
+        let tagged = instance.description.as_deref().is_some_and(|d| {
+            keyring
+                .verify_description(d, &self.settings.cluster_name, &instance.id)
+                .is_ok()
+        });
+        if !tagged {
+            let tag = keyring.sign(&self.settings.cluster_name, claim, &instance.id)?;
+            let description =
+                ownership::compose_description(instance.description.as_deref().unwrap_or(""), &tag);
+            self.cloud
+                .instances()
+                .update_description(&instance.id, &description)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn launched(
         &self,
         nc: &NodeClaim,
@@ -517,24 +540,7 @@ impl Lifecycle {
     ) -> Result<Action, LifecycleError> {
         let name = nc.name_any();
         // Ownership tag first: an untagged instance could never be deleted safely.
-        let tagged = instance.description.as_deref().is_some_and(|d| {
-            self.keyring
-                .current()
-                .verify_description(d, &self.settings.cluster_name, &instance.id)
-                .is_ok()
-        });
-        if !tagged {
-            let tag =
-                self.keyring
-                    .current()
-                    .sign(&self.settings.cluster_name, &name, &instance.id)?;
-            let description =
-                ownership::compose_description(instance.description.as_deref().unwrap_or(""), &tag);
-            self.cloud
-                .instances()
-                .update_description(&instance.id, &description)
-                .await?;
-        }
+        self.ensure_tagged(&name, instance).await?;
         let flavor = instance
             .flavor
             .as_ref()
@@ -823,17 +829,33 @@ impl Lifecycle {
                 Ok(_)
                 | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {}
                 Err(kakaocloud::DeleteOwnedError::NotOwned(e)) => {
-                    // Launched but untagged (killed before the tag was written): the deterministic
-                    // name proves it is this claim's, so delete by ID.
+                    // Launched but never tagged (killed between create and tag): adopt it the
+                    // way the launch would have, then delete it through the verifying path. One
+                    // carrying any other tag is not ours and is left alone.
                     let found = self.cloud.instances().get(&id).await.ok();
-                    if found.as_ref().and_then(|i| i.name.as_deref())
-                        == Some(instance_name.as_str())
-                        && found
-                            .as_ref()
-                            .and_then(|i| i.description.as_deref())
-                            .is_none_or(|d| ownership::tags_in(d).next().is_none())
-                    {
-                        self.cloud.instances().delete(&id).await?;
+                    if let Some(found) = found.filter(|i| {
+                        i.name.as_deref() == Some(instance_name.as_str())
+                            && i.description
+                                .as_deref()
+                                .is_none_or(|d| ownership::tags_in(d).next().is_none())
+                    }) {
+                        self.ensure_tagged(&nc.name_any(), &found).await?;
+                        match self
+                            .cloud
+                            .instances()
+                            .delete_owned(&id, &keyring, &self.settings.cluster_name)
+                            .await
+                        {
+                            Ok(_)
+                            | Err(kakaocloud::DeleteOwnedError::Api(
+                                kakaocloud::Error::NotFound { .. },
+                            )) => {}
+                            Err(e) => {
+                                return Err(LifecycleError::NotReady(format!(
+                                    "instance {id} could not be deleted after tagging: {e}"
+                                )));
+                            }
+                        }
                     } else {
                         return Err(LifecycleError::NotReady(format!(
                             "instance {id} is not ours: {e}"

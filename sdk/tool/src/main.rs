@@ -90,7 +90,7 @@ fn q(s: &str) -> String {
 fn configmap(args: &[String]) -> Result<()> {
     let mut file = None;
     let (mut name, mut world, mut namespace, mut config) =
-        (None, None, "karpenter".to_owned(), None);
+        (None, None, "karpenter-kakaocloud".to_owned(), None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {

@@ -78,6 +78,56 @@ where
     }
 }
 
+/// The second demo: the selection plugin swapped at runtime, no restart; the next node differs.
+async fn hot_swap(cluster: &Cluster, began: Instant, timeout: Duration) -> anyhow::Result<()> {
+    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
+    let before = cluster.instance_types_of("karpenter-default").await?;
+    let prefer = ["r2a", "m2a", "c2a"]
+        .into_iter()
+        .find(|f| !before.iter().any(|t| family(t) == *f))
+        .unwrap_or("r2a");
+    step(
+        began,
+        &format!(
+            "hot swap: instance-selector ConfigMap <- examples/gpu-aware-selector {{\"preferFamilies\": [\"{prefer}\"]}} (default chose {before:?})"
+        ),
+    );
+    let swapped = Instant::now();
+    let digest = cluster.swap_selector(
+        "gpu-aware-selector",
+        &format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
+    )?;
+    let note = kk_demo::wait_for("PluginActive", Duration::from_secs(60), || async {
+        let events = cluster.plugin_events("instance-selector").await?;
+        Ok(events
+            .into_iter()
+            .find(|(r, n)| r == "PluginActive" && n.contains(&digest))
+            .map(|(_, n)| n))
+    })
+    .await?;
+    println!(
+        "  {:.1}s after kubectl apply, Event PluginActive: {note}",
+        swapped.elapsed().as_secs_f64()
+    );
+    step(
+        began,
+        "a second NodePool (swap-demo) and a 1-replica Deployment only it can serve",
+    );
+    cluster.apply_swap_workload()?;
+    let launched = watch_until(cluster, began, timeout, || async {
+        Ok(!cluster.instance_types_of("swap-demo").await?.is_empty())
+    })
+    .await?;
+    if !launched {
+        bail!("no swap-demo NodeClaim within {timeout:?}");
+    }
+    let after = cluster.instance_types_of("swap-demo").await?;
+    println!(
+        "  the next node's flavor: {after:?} (before the swap: {before:?}); no controller restart"
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = args()?;
@@ -185,12 +235,18 @@ async fn main() -> anyhow::Result<()> {
         cluster.instances().len()
     );
 
+    hot_swap(&cluster, began, args.run_timeout).await?;
+
     step(
         began,
-        "kubectl delete -f karpenter-demo.yaml: waiting for consolidation to remove the empty nodes",
+        "kubectl delete -f karpenter-demo.yaml (and the swap demo): waiting for consolidation to remove the empty nodes",
     );
     let deleted = Instant::now();
     cluster.delete_demo()?;
+    cluster.kubectl(
+        &["-n", "default", "delete", "deployment", "swap-demo"],
+        None,
+    )?;
     let consolidated = watch_until(&cluster, began, args.consolidation_timeout, || async {
         Ok(cluster.nodeclaims().await?.is_empty() && cluster.karpenter_nodes().await?.is_empty())
     })
