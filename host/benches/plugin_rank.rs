@@ -7,8 +7,9 @@
 //! - `component`: the same crate built as a WebAssembly component, called as the controller
 //!   calls it (host records converted to WIT, a fresh instance with its own store, limits and
 //!   deadline, the result validated);
+//! - `comp. on-demand`: the same without the pooling allocator;
 //! - `host native`: the controller's built-in cheapest-fit ranker, for reference;
-//! - `instantiate`: a fresh instance and an empty `rank` call (the fixed cost of every call);
+//! - first, the fixed cost of every call: a fresh instance and an empty `rank`, pooled and not;
 //! - the target: component within 2x native plus 20 us.
 //!
 //! Needs the built component ($KK_PLUGIN_DIR/instance-selector.wasm, scripts/build-plugins.sh).
@@ -17,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use karpenter_kakaocloud::plugins::convert;
 use karpenter_kakaocloud::plugins::engine::sha256_hex;
-use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
+use karpenter_kakaocloud::plugins::{
+    Allocator, Bounds, Kind, PluginRanker, Registry, Runtime, Source,
+};
 use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
 use karpenter_kakaocloud::provisioning::{
     Candidate, CheapestFitRanker, InstanceRanker, RankRequest, Resources,
@@ -120,24 +123,34 @@ fn main() {
     let path = dir.join("instance-selector.wasm");
     let wasm = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh", path.display()));
-    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
-    let compile = Instant::now();
-    registry
-        .apply(&Source {
-            name: "instance-selector".into(),
-            kind: Kind::Selector,
-            digest: sha256_hex(&wasm),
-            wasm,
-            config: "{}".into(),
-        })
-        .expect("the default selector loads");
-    println!(
-        "instance-selector component: compiled, linked and self-tested in {:.1?}",
-        compile.elapsed()
-    );
-    let plugin = registry.active(Kind::Selector).unwrap();
+    let load = |allocator| {
+        let registry = Registry::new(
+            Runtime::with_allocator(Bounds::default(), None, allocator).unwrap(),
+            None,
+        );
+        let compile = Instant::now();
+        registry
+            .apply(&Source {
+                name: "instance-selector".into(),
+                kind: Kind::Selector,
+                digest: sha256_hex(&wasm),
+                wasm: wasm.clone(),
+                config: "{}".into(),
+            })
+            .expect("the default selector loads");
+        println!(
+            "instance-selector component ({allocator:?}): compiled, linked and self-tested in {:.1?}",
+            compile.elapsed()
+        );
+        registry
+    };
+    let pooled = load(Allocator::Pooling);
+    let on_demand = load(Allocator::OnDemand);
     let ranker = PluginRanker {
-        registry: registry.clone(),
+        registry: pooled.clone(),
+    };
+    let ranker_on_demand = PluginRanker {
+        registry: on_demand.clone(),
     };
 
     let empty = RankRequest {
@@ -146,14 +159,29 @@ fn main() {
         candidates: &[],
     };
     let empty_input = convert::rank_input(&empty);
-    let instantiate = median(|| {
-        plugin.rank(&empty_input).unwrap();
-    });
+    let instantiate_cost = |registry: &Registry| {
+        let plugin = registry.active(Kind::Selector).unwrap();
+        median(|| {
+            plugin.rank(&empty_input).unwrap();
+        })
+    };
+    let instantiate = instantiate_cost(&pooled);
+    let instantiate_on_demand = instantiate_cost(&on_demand);
+    println!(
+        "instantiate + empty call: {instantiate:.1?} pooling, {instantiate_on_demand:.1?} on demand"
+    );
 
     println!(
-        "\n{:>10} {:>14} {:>14} {:>14} {:>14} {:>10} {:>14}",
-        "candidates", "native policy", "component", "host native", "instantiate", "ratio", "target"
+        "\n{:>10} {:>14} {:>14} {:>16} {:>14} {:>10} {:>14}",
+        "candidates",
+        "native policy",
+        "component",
+        "comp. on-demand",
+        "host native",
+        "ratio",
+        "target"
     );
+    let mut breakdown = Vec::new();
     for n in [10, 100, 500] {
         let shapes = shapes(n);
         let types = host_types(&shapes);
@@ -190,19 +218,40 @@ fn main() {
         let component = median(|| {
             std::hint::black_box(ranker.rank(&request).unwrap());
         });
+        let component_on_demand = median(|| {
+            std::hint::black_box(ranker_on_demand.rank(&request).unwrap());
+        });
         let host = median(|| {
             std::hint::black_box(CheapestFitRanker.rank(&request).unwrap());
         });
+        // Where the component's time goes: building the WIT records, and the call itself
+        // (instantiate, lower the records into the guest, run, lift the answer).
+        let converted = convert::rank_input(&request);
+        let convert_only = median(|| {
+            std::hint::black_box(convert::rank_input(&request));
+        });
+        let plugin = pooled.active(Kind::Selector).unwrap();
+        let call_only = median(|| {
+            std::hint::black_box(plugin.rank(&converted).unwrap());
+        });
+        breakdown.push((n, convert_only, call_only));
         let target = native * 2 + Duration::from_micros(20);
         println!(
-            "{n:>10} {:>14.1?} {:>14.1?} {:>14.1?} {:>14.1?} {:>9.1}x {:>14.1?} {}",
+            "{n:>10} {:>14.1?} {:>14.1?} {:>16.1?} {:>14.1?} {:>9.1}x {:>14.1?} {}",
             native,
             component,
+            component_on_demand,
             host,
-            instantiate,
             component.as_secs_f64() / native.as_secs_f64(),
             target,
             if component <= target { "met" } else { "MISSED" }
         );
+    }
+    println!(
+        "\n{:>10} {:>16} {:>16}",
+        "candidates", "build records", "call (pooled)"
+    );
+    for (n, convert_only, call_only) in breakdown {
+        println!("{n:>10} {convert_only:>16.1?} {call_only:>16.1?}");
     }
 }

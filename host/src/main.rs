@@ -34,14 +34,24 @@ fn init_logging(level: &str, format: LogFormat) {
     }
 }
 
-/// SIGTERM (the kubelet stopping the pod) or SIGINT.
-async fn shutdown_signal() {
+/// Becomes true on SIGTERM (the kubelet stopping the pod) or SIGINT. Listening starts at once
+/// and lasts the whole process, so a signal during startup or a leadership change is not lost.
+fn shutdown_watch() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn shutdown_requested(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
 }
 
 #[tokio::main]
@@ -98,6 +108,7 @@ fn start_plugins(
 }
 
 async fn run(startup: Startup) -> anyhow::Result<i32> {
+    let mut stop = shutdown_watch();
     kakaocloud::install_crypto_provider();
     let Startup {
         settings,
@@ -203,10 +214,13 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     };
 
     let Some(leader_config) = leader_config else {
-        let op = start_operator().await?;
+        let op = tokio::select! {
+            op = start_operator() => op?,
+            _ = shutdown_requested(&mut stop) => return Ok(0),
+        };
         is_leader.get_or_create(&lease_label).set(1);
         tracing::info!("controllers started (leader election disabled)");
-        shutdown_signal().await;
+        shutdown_requested(&mut stop).await;
         op.stop();
         return Ok(0);
     };
@@ -214,7 +228,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     tracing::info!(lease = %leader_config.name, namespace = %leader_config.namespace, identity = %leader_config.identity, "waiting for the leader-election lease");
     let mut election = leader::spawn(leader::Elector::new(kube.clone(), leader_config));
     tokio::select! {
-        _ = shutdown_signal() => {
+        _ = shutdown_requested(&mut stop) => {
             tracing::info!("shutting down as a standby");
             election.stop().await;
             return Ok(0);
@@ -225,11 +239,18 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             }
         }
     }
-    let op = start_operator().await?;
+    let op = tokio::select! {
+        op = start_operator() => op?,
+        _ = shutdown_requested(&mut stop) => {
+            election.stop().await;
+            tracing::info!("stopped while starting the controllers, lease released");
+            return Ok(0);
+        }
+    };
     is_leader.get_or_create(&lease_label).set(1);
     tracing::info!("controllers started (leader)");
     tokio::select! {
-        _ = shutdown_signal() => {
+        _ = shutdown_requested(&mut stop) => {
             op.stop();
             // Hand over at once instead of making the standby wait for expiry.
             election.stop().await;

@@ -44,6 +44,9 @@ use super::bootstrap::BootstrapToken;
 use super::userdata::{UserdataInput, UserdataRenderer};
 use super::{parse_provider_id, provider_id};
 
+/// The taint Cilium's agent removes when the node's networking is up.
+pub const CILIUM_AGENT_NOT_READY: &str = "node.cilium.io/agent-not-ready";
+
 pub const LAUNCHED: &str = "Launched";
 pub const REGISTERED: &str = "Registered";
 pub const INITIALIZED: &str = "Initialized";
@@ -730,9 +733,16 @@ impl Lifecycle {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         let startup: Vec<Taint> = nc.spec.startup_taints.iter().map(Taint::from).collect();
+        // With Cilium the userdata registers the node with the agent's taint; the agent removes
+        // it once networking works, so it is a startup taint whether or not the NodePool says so.
+        let cilium = self.settings.cni == "cilium";
         let blocking = taints
             .iter()
-            .find(|t| translate::is_ephemeral_taint(t) || startup.iter().any(|s| taint_eq(s, t)))
+            .find(|t| {
+                translate::is_ephemeral_taint(t)
+                    || startup.iter().any(|s| taint_eq(s, t))
+                    || (cilium && t.key == CILIUM_AGENT_NOT_READY)
+            })
             .map(|t| t.key.clone());
         let initialized = node_ready && blocking.is_none();
         let init_cond = if initialized {

@@ -7,7 +7,7 @@ pub mod bootstrap;
 pub mod controller;
 pub mod userdata;
 
-pub use controller::{JoinInfo, Lifecycle, LifecycleError};
+pub use controller::{CILIUM_AGENT_NOT_READY, JoinInfo, Lifecycle, LifecycleError};
 pub use userdata::{KubeadmRenderer, UserdataError, UserdataInput, UserdataRenderer};
 
 /// `kakaocloud:///<zone>/<instance-id>`, the providerID of a KakaoCloud node.

@@ -24,14 +24,60 @@ pub struct Runtime {
     userdata_linker: Linker<PluginState>,
 }
 
+/// How instances get their memories and tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocator {
+    /// Pre-reserved slots reused call after call: every call instantiates afresh, so this is
+    /// where the pooling allocator pays. Falls back to on-demand when the host refuses the
+    /// reservation.
+    Pooling,
+    /// mmap per instance (for comparison, and hosts with little address space).
+    OnDemand,
+}
+
+/// Calls that may run at once under the pooling allocator (beyond it an instantiation fails
+/// and that one call errors); the controllers call plugins from a few threads.
+pub const MAX_CONCURRENT_CALLS: u32 = 32;
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true).epoch_interruption(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    config
+}
+
+fn pooled_engine(bounds: &Bounds) -> wasmtime::Result<Engine> {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(MAX_CONCURRENT_CALLS)
+        .total_core_instances(MAX_CONCURRENT_CALLS * 8)
+        .total_memories(MAX_CONCURRENT_CALLS * 2)
+        .total_tables(MAX_CONCURRENT_CALLS * 8)
+        .max_memory_size(bounds.memory_bytes);
+    let mut config = base_config();
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config)
+}
+
 impl Runtime {
     /// A runtime whose compiled artifacts are kept in `cache_dir` (if given), so a restart
-    /// deserializes instead of recompiling.
+    /// deserializes instead of recompiling. Uses the pooling allocator where the host allows it.
     pub fn new(bounds: Bounds, cache_dir: Option<PathBuf>) -> Result<Arc<Runtime>, PluginError> {
-        let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true);
-        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
-        let engine = Engine::new(&config).map_err(PluginError::engine)?;
+        Self::with_allocator(bounds, cache_dir, Allocator::Pooling)
+    }
+
+    pub fn with_allocator(
+        bounds: Bounds,
+        cache_dir: Option<PathBuf>,
+        allocator: Allocator,
+    ) -> Result<Arc<Runtime>, PluginError> {
+        let engine = match allocator {
+            Allocator::Pooling => pooled_engine(&bounds).or_else(|e| {
+                tracing::warn!(error = %e, "pooling allocator unavailable; instantiating on demand");
+                Engine::new(&base_config())
+            }),
+            Allocator::OnDemand => Engine::new(&base_config()),
+        }
+        .map_err(PluginError::engine)?;
         let mut selector_linker = Linker::new(&engine);
         selector::InstanceSelector::add_to_linker::<_, HasSelf<_>>(&mut selector_linker, |s| s)
             .map_err(PluginError::engine)?;

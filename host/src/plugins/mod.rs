@@ -18,7 +18,7 @@ pub mod watcher;
 
 use std::time::Duration;
 
-pub use engine::{Loaded, Runtime};
+pub use engine::{Allocator, Loaded, Runtime};
 pub use limits::Bounds;
 pub use registry::{PluginRanker, PluginRenderer, PluginScorer, Registry, Source};
 

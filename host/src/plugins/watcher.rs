@@ -50,13 +50,10 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
 /// Watches plugin ConfigMaps of `namespace` until the process stops.
 pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry>) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: "karpenter-kakaocloud-plugins".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let reporter = Reporter {
+        controller: "karpenter-kakaocloud-plugins".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
     // The digest each ConfigMap was last applied at: a resync of an unchanged map is a no-op.
     let mut seen: std::collections::HashMap<String, (Kind, String)> = Default::default();
     let config = watcher::Config::default().labels(WORLD_LABEL);
@@ -72,6 +69,10 @@ pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry
         };
         match event {
             watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) => {
+                // A recorder per outcome: kube's recorder folds events of the same reason on the
+                // same object into one series and keeps the first note, which would hide which
+                // digest is now active.
+                let recorder = Recorder::new(client.clone(), reporter.clone());
                 apply(&registry, &recorder, &cm, &mut seen).await
             }
             watcher::Event::Delete(cm) => {

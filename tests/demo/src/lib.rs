@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kakaocloud_sim::{BootedInstance, SimConfig, Simulator};
 use karpenter_kakaocloud::crd;
+use karpenter_kakaocloud::lifecycle::CILIUM_AGENT_NOT_READY;
 use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::Value;
@@ -927,6 +928,54 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
         .await
     {
         tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
+        return;
+    }
+    if reg.taints.iter().any(|t| t.key == CILIUM_AGENT_NOT_READY) {
+        tokio::spawn(cilium_agent(client.clone(), name));
+    }
+}
+
+/// Plays Cilium's agent on a node: once kwok reports the Node Ready, it removes
+/// `node.cilium.io/agent-not-ready`, as the agent does when the node's networking is up.
+async fn cilium_agent(client: kube::Client, node: String) {
+    let api = Api::<Node>::all(client);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(Some(current)) = api.get_opt(&node).await else {
+            continue;
+        };
+        let ready = current
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if !ready {
+            continue;
+        }
+        let taints: Vec<_> = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != CILIUM_AGENT_NOT_READY)
+            .collect();
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        match api
+            .patch(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => tracing::debug!(%node, error = %e, "simulated cilium agent retries"),
+        }
     }
 }
 
