@@ -3,10 +3,13 @@
 //!
 //! `cargo bench -p karpenter-kakaocloud --bench scheduling` prints one table per ranker:
 //! pods, nodes, pods scheduled, ranker calls, median time per solve, pods per second.
-//! `KK_BENCH_MAX_PODS` caps the largest batch (default 20000).
+//! `KK_BENCH_MAX_PODS` caps the largest batch (default 20000). A second table ranks through
+//! the default instance-selector component (up to 2,000 pods).
 
 use std::time::{Duration, Instant};
 
+use karpenter_kakaocloud::plugins::engine::sha256_hex;
+use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 use karpenter_kakaocloud::provisioning::fixtures::{
     LabelScheme, diverse_pods, fake_instance_types,
 };
@@ -76,4 +79,33 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
     bench_ranker("native cheapest-fit", &CheapestFitRanker, max_pods);
+
+    // The default instance-selector component through the plugin seam, as the controller runs it.
+    let dir = std::env::var_os("KK_PLUGIN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/karpenter-kakaocloud/plugins")
+        });
+    let Ok(wasm) = std::fs::read(dir.join("instance-selector.wasm")) else {
+        println!("\n(no instance-selector.wasm: run scripts/build-plugins.sh for the plugin rows)");
+        return;
+    };
+    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    registry
+        .apply(&Source {
+            name: "instance-selector".into(),
+            kind: Kind::Selector,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: "{}".into(),
+        })
+        .expect("the default selector loads");
+    // The component path costs about a millisecond per rank call over 400 types, so the
+    // largest batches are left to the native rows.
+    bench_ranker(
+        "plugin instance-selector (component)",
+        &PluginRanker { registry },
+        max_pods.min(2000),
+    );
 }
