@@ -6,24 +6,21 @@
 //! would report and the kwok annotation, so kwok then keeps it Ready and runs its pods.
 #![allow(dead_code)] // each test binary uses part of it
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kakaocloud_sim::{BootedInstance, SimConfig, Simulator};
+use k8s_openapi::api::core::v1::Node;
+use kakaocloud_sim::{SimConfig, Simulator};
 use karpenter_kakaocloud::config::Settings;
 use karpenter_kakaocloud::crd;
 use karpenter_kakaocloud::kakaocloud;
 use karpenter_kakaocloud::lifecycle::bootstrap::ca_cert_hash;
-use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
 use karpenter_kakaocloud::lifecycle::{JoinInfo, UserdataRenderer};
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{Operator, Plugins};
 use karpenter_kakaocloud::ownership::{Keyring, KeyringHandle};
 use karpenter_kakaocloud::provisioning::InstanceRanker;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 
 pub const CLUSTER: &str = "demo-cluster";
@@ -289,64 +286,9 @@ where
     }
 }
 
-/// What kubelet does on first start: register the Node from the userdata's JoinConfiguration.
-pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
-    let Some(userdata) = booted.user_data.as_deref() else {
-        tracing::warn!(instance = %booted.id, "booted without userdata: no kubelet");
-        return;
-    };
-    let reg = parse_registration(userdata);
-    let name = reg.node_name.clone().unwrap_or_else(|| booted.name.clone());
-    let mut labels = reg.labels.clone();
-    labels.insert("kubernetes.io/hostname".into(), name.clone());
-    labels.insert("kubernetes.io/os".into(), "linux".into());
-    labels.insert("kubernetes.io/arch".into(), "amd64".into());
-    labels.insert(
-        "node.kubernetes.io/instance-type".into(),
-        booted.flavor.name.clone(),
-    );
-    labels.insert("topology.kubernetes.io/zone".into(), booted.zone.clone());
-    let mut capacity = BTreeMap::new();
-    capacity.insert("cpu".to_owned(), Quantity(booted.flavor.vcpus.to_string()));
-    capacity.insert(
-        "memory".to_owned(),
-        Quantity(format!("{}Mi", booted.flavor.memory_mib)),
-    );
-    capacity.insert("pods".to_owned(), Quantity("110".into()));
-    capacity.insert("ephemeral-storage".to_owned(), Quantity("50Gi".into()));
-    if booted.flavor.gpus > 0 {
-        capacity.insert(
-            "nvidia.com/gpu".to_owned(),
-            Quantity(booted.flavor.gpus.to_string()),
-        );
-    }
-    let (ann_key, ann_value) = controlplane::KWOK_NODE_ANNOTATION;
-    let node = Node {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(labels),
-            annotations: Some([(ann_key.to_owned(), ann_value.to_owned())].into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            provider_id: Some(karpenter_kakaocloud::lifecycle::provider_id(
-                &booted.zone,
-                &booted.id,
-            )),
-            taints: (!reg.taints.is_empty()).then_some(reg.taints.clone()),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            allocatable: Some(capacity.clone()),
-            capacity: Some(capacity),
-            ..Default::default()
-        }),
-    };
-    let nodes: Api<Node> = Api::all(client.clone());
-    if let Err(e) = nodes.create(&PostParams::default(), &node).await {
-        tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
-    }
-}
+/// What kubelet does on first start: register the Node from the userdata's JoinConfiguration
+/// (and, with Cilium, what its agent does: clear its startup taint once the Node is Ready).
+pub use kk_demo::register_node;
 
 /// The guide's NodePool renamed to `name`, its nodes labelled `workload-type: <name>`, with
 /// `spec` merged over its `spec.template.spec` and `limits` replacing its limits when given
