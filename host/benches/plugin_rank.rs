@@ -5,11 +5,11 @@
 //! - `native policy`: the default instance-selector's code (plugins/instance-selector) compiled
 //!   into this binary and called through the SDK's native harness, on the SDK's own records;
 //! - `component`: the same crate built as a WebAssembly component, called as the controller
-//!   calls it (host records converted to WIT, a fresh instance with its own store, limits and
+//!   calls it (host records converted to WIT, a warm instance with its own store, limits and
 //!   deadline, the result validated);
 //! - `comp. on-demand`: the same without the pooling allocator;
 //! - `host native`: the controller's built-in cheapest-fit ranker, for reference;
-//! - first, the fixed cost of every call: a fresh instance and an empty `rank`, pooled and not;
+//! - first, the fixed costs: instantiating (pooled and not) and an empty `rank` on a warm instance;
 //! - the target: component within 2x native plus 20 us.
 //!
 //! Needs the built component ($KK_PLUGIN_DIR/instance-selector.wasm, scripts/build-plugins.sh).
@@ -159,17 +159,20 @@ fn main() {
         candidates: &[],
     };
     let empty_input = convert::rank_input(&empty);
-    let instantiate_cost = |registry: &Registry| {
+    let fixed_costs = |registry: &Registry| {
         let plugin = registry.active(Kind::Selector).unwrap();
-        median(|| {
+        let instantiate = median(|| plugin.instantiate_once().unwrap());
+        let warm = median(|| {
             plugin.rank(&empty_input).unwrap();
-        })
+        });
+        (instantiate, warm)
     };
-    let instantiate = instantiate_cost(&pooled);
-    let instantiate_on_demand = instantiate_cost(&on_demand);
-    println!(
-        "instantiate + empty call: {instantiate:.1?} pooling, {instantiate_on_demand:.1?} on demand"
-    );
+    for (label, registry) in [("pooling", &pooled), ("on demand", &on_demand)] {
+        let (instantiate, warm) = fixed_costs(registry);
+        println!(
+            "{label}: instantiating {instantiate:.1?}; an empty rank on a warm instance {warm:.1?}"
+        );
+    }
 
     println!(
         "\n{:>10} {:>14} {:>14} {:>16} {:>14} {:>10} {:>14}",
@@ -225,7 +228,7 @@ fn main() {
             std::hint::black_box(CheapestFitRanker.rank(&request).unwrap());
         });
         // Where the component's time goes: building the WIT records, and the call itself
-        // (instantiate, lower the records into the guest, run, lift the answer).
+        // (lower the records into a warm instance, run, lift the answer).
         let converted = convert::rank_input(&request);
         let convert_only = median(|| {
             std::hint::black_box(convert::rank_input(&request));

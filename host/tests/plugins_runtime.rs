@@ -490,3 +490,36 @@ fn compiled_components_are_cached_so_a_restart_does_not_recompile() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_instance_that_trapped_is_never_reused() {
+    let reg = registry();
+    reg.apply(&source(
+        "selector",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "trap-on-one"}"#,
+    ))
+    .expect("passes its self-test");
+    let ranker = PluginRanker {
+        registry: reg.clone(),
+    };
+    let types = catalog();
+    // Warm instances answer call after call.
+    for _ in 0..3 {
+        assert_eq!(
+            rank_names(&ranker, &types, small()).unwrap().len(),
+            types.len()
+        );
+    }
+    // One candidate: the instance traps...
+    let err = rank_names(&ranker, &types[..1], small()).unwrap_err();
+    assert!(err.contains("trapped"), "{err}");
+    // ...and the next calls run on instances that never trapped (a reused one would refuse).
+    for _ in 0..3 {
+        assert_eq!(
+            rank_names(&ranker, &types, small()).unwrap().len(),
+            types.len()
+        );
+    }
+}

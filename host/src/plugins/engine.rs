@@ -186,6 +186,7 @@ impl Runtime {
             config,
             pre,
             runtime: self.clone(),
+            idle_selectors: Default::default(),
         })
     }
 }
@@ -230,7 +231,16 @@ pub struct Loaded {
     pub config: String,
     pre: Pre,
     runtime: Arc<Runtime>,
+    /// Idle selector instances from earlier calls that returned normally. `rank` runs for every
+    /// node the provisioner opens, so it skips instantiation; an instance that trapped or timed
+    /// out is dropped, never reused.
+    idle_selectors: std::sync::Mutex<Vec<WarmSelector>>,
 }
+
+type WarmSelector = (Store<PluginState>, selector::InstanceSelector);
+
+/// Idle instances kept per plugin (each holds a pooling-allocator slot).
+const MAX_IDLE: usize = 4;
 
 impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,10 +260,17 @@ impl Loaded {
             PluginState::new(&self.name, &self.config, bounds),
         );
         store.limiter(|s| &mut s.limits);
-        let ticks = (bounds.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
+        self.arm(&mut store);
         store.epoch_deadline_trap();
         store
+    }
+
+    /// A fresh deadline (relative to now) and log budget for the next call.
+    fn arm(&self, store: &mut Store<PluginState>) {
+        let bounds = &self.runtime.bounds;
+        let ticks = (bounds.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.data_mut().begin_call();
     }
 
     fn trap(&self, e: wasmtime::Error, started: Instant) -> PluginError {
@@ -287,11 +304,36 @@ impl Loaded {
             return Err(self.not(Kind::Selector));
         };
         let started = Instant::now();
-        let mut store = self.store();
-        let out = pre
-            .instantiate(&mut store)
-            .and_then(|i| i.call_rank(&mut store, input))
+        let warm = self
+            .idle_selectors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let (mut store, instance) = match warm {
+            Some((mut store, instance)) => {
+                self.arm(&mut store);
+                (store, instance)
+            }
+            None => {
+                let mut store = self.store();
+                let instance = pre
+                    .instantiate(&mut store)
+                    .map_err(|e| self.trap(e, started))?;
+                (store, instance)
+            }
+        };
+        let out = instance
+            .call_rank(&mut store, input)
             .map_err(|e| self.trap(e, started))?;
+        {
+            let mut idle = self
+                .idle_selectors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push((store, instance));
+            }
+        }
         let order = out.map_err(|m| self.refused(m))?;
         if order.len() > input.candidates.len() {
             return Err(PluginError::OversizedOutput {
@@ -304,6 +346,19 @@ impl Loaded {
             });
         }
         Ok(order)
+    }
+
+    /// Instantiates the plugin in a fresh store and drops it: what a call without a warm
+    /// instance pays first (benchmarks).
+    pub fn instantiate_once(&self) -> Result<(), PluginError> {
+        let started = Instant::now();
+        let mut store = self.store();
+        match &self.pre {
+            Pre::Selector(pre) => pre.instantiate(&mut store).map(drop),
+            Pre::Scorer(pre) => pre.instantiate(&mut store).map(drop),
+            Pre::Userdata(pre) => pre.instantiate(&mut store).map(drop),
+        }
+        .map_err(|e| self.trap(e, started))
     }
 
     /// `score` of a consolidation-scorer plugin.

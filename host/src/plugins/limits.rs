@@ -83,6 +83,12 @@ impl PluginState {
         }
     }
 
+    /// A new call on a reused instance: the log budget starts over.
+    pub fn begin_call(&mut self) {
+        self.logged = 0;
+        self.dropped = 0;
+    }
+
     /// Lines dropped by the cap during this call.
     pub fn dropped(&self) -> usize {
         self.dropped

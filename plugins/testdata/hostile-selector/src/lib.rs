@@ -5,10 +5,14 @@
 //! `identity` (returns 0..n), `reverse` (n-1..0), `trap` (panics, i.e. traps),
 //! `loop` (never returns), `alloc` (allocates until memory runs out),
 //! `out-of-range` (returns index n), `duplicate` (returns 0 twice),
-//! `oversized` (returns a million indices), `log-flood` (logs 10 000 long lines, then identity).
+//! `oversized` (returns a million indices), `log-flood` (logs 10 000 long lines, then identity),
+//! `trap-on-one` (identity, but traps on a single candidate and refuses every later call of the
+//! same instance).
 
 use karpenter_kakaocloud_sdk::prelude::*;
 use serde::Deserialize;
+
+static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -27,6 +31,18 @@ impl InstanceSelector for Hostile {
             "" | "identity" => Ok((0..n).collect()),
             "reverse" => Ok((0..n).rev().collect()),
             "trap" => panic!("hostile plugin traps on purpose"),
+            // Passes the self-test (three candidates), traps on a single candidate after marking
+            // its own memory, so a trapped instance that were reused would refuse.
+            "trap-on-one" => {
+                if n == 1 {
+                    POISONED.store(true, std::sync::atomic::Ordering::Relaxed);
+                    panic!("hostile plugin traps on a single candidate");
+                }
+                if POISONED.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err("poisoned: this instance trapped before".into());
+                }
+                Ok((0..n).collect())
+            }
             "loop" => {
                 let mut x: u64 = 0;
                 loop {
