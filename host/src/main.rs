@@ -84,7 +84,7 @@ async fn main() {
 /// The plugin registry, fed by the plugin ConfigMaps of the system namespace. Every replica
 /// watches them (a standby has its plugins compiled and checked before it leads). An unusable
 /// cache directory only costs compile time, so it is a warning.
-fn start_plugins(
+async fn start_plugins(
     kube: &kube::Client,
     namespace: &str,
     cache_dir: Option<std::path::PathBuf>,
@@ -99,11 +99,25 @@ fn start_plugins(
         }
     };
     let registry = plugins::Registry::new(runtime, Some(metrics.clone()));
+    let (synced, mut first_list) = tokio::sync::watch::channel(false);
     tokio::spawn(plugins::watcher::run(
         kube.clone(),
         namespace.to_owned(),
         registry.clone(),
+        synced,
     ));
+    // Start on the configured plugins, not on the defaults they replace; a watch that cannot
+    // list (RBAC, API trouble) only delays that, it does not stop the controller.
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        first_list.wait_for(|done| *done),
+    )
+    .await;
+    if !matches!(listed, Ok(Ok(_))) {
+        tracing::warn!(
+            "plugin ConfigMaps not listed within 30 s; native defaults serve until they are"
+        );
+    }
     Ok(registry)
 }
 
@@ -188,7 +202,8 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         &settings.system_namespace,
         plugin_cache_dir,
         &metrics,
-    )?;
+    )
+    .await?;
     ready.set(true);
 
     let start_operator = || {

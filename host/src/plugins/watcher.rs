@@ -47,8 +47,15 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
     })
 }
 
-/// Watches plugin ConfigMaps of `namespace` until the process stops.
-pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry>) {
+/// Watches plugin ConfigMaps of `namespace` until the process stops. `synced` becomes true once
+/// every ConfigMap of the first list has been loaded or refused, so the controllers can start
+/// on the plugins the user configured rather than on the native defaults.
+pub async fn run(
+    client: kube::Client,
+    namespace: String,
+    registry: Arc<Registry>,
+    synced: tokio::sync::watch::Sender<bool>,
+) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let reporter = Reporter {
         controller: "karpenter-kakaocloud-plugins".into(),
@@ -58,6 +65,9 @@ pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry
     let mut seen: std::collections::HashMap<String, (Kind, String)> = Default::default();
     let config = watcher::Config::default().labels(WORLD_LABEL);
     let mut events = watcher(api, config).boxed();
+    // ConfigMaps seen during a (re)list: one deleted while the watch was down gets no Delete
+    // event, so whatever the relist did not return is removed at its end.
+    let mut listed: Option<std::collections::HashSet<String>> = None;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(e) => e,
@@ -69,6 +79,9 @@ pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry
         };
         match event {
             watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) => {
+                if let Some(listed) = listed.as_mut() {
+                    listed.insert(cm.name_any());
+                }
                 // A recorder per outcome: kube's recorder folds events of the same reason on the
                 // same object into one series and keeps the first note, which would hide which
                 // digest is now active.
@@ -80,7 +93,20 @@ pub async fn run(client: kube::Client, namespace: String, registry: Arc<Registry
                     registry.remove(kind, &cm.name_any());
                 }
             }
-            watcher::Event::Init | watcher::Event::InitDone => {}
+            watcher::Event::Init => listed = Some(Default::default()),
+            watcher::Event::InitDone => {
+                let listed = listed.take().unwrap_or_default();
+                let gone: Vec<(String, Kind)> = seen
+                    .iter()
+                    .filter(|(name, _)| !listed.contains(*name))
+                    .map(|(name, (kind, _))| (name.clone(), *kind))
+                    .collect();
+                for (name, kind) in gone {
+                    seen.remove(&name);
+                    registry.remove(kind, &name);
+                }
+                synced.send_replace(true);
+            }
         }
     }
 }
