@@ -19,7 +19,6 @@ use karpenter_kakaocloud::disruption::{
     ClusterSnapshot, ConsolidationScorer, NodeState, PodState, PoolState, SavingsPerDisruption,
     plan,
 };
-use karpenter_kakaocloud::plugins::engine::sha256_hex;
 use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginScorer, Registry, Runtime, Source};
 use karpenter_kakaocloud::provisioning::{InstanceType, Offering, Resources};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -163,37 +162,28 @@ fn bench(label: &str, scorer: &dyn ConsolidationScorer) {
 fn main() {
     bench("native savings-per-disruption", &SavingsPerDisruption);
     // The default consolidation-scorer component, the same policy through the plugin runtime.
-    let path = std::env::var_os("KK_BENCH_SCORER_WASM")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| plugin_dir().join("consolidation-scorer.wasm"));
-    let Ok(wasm) = std::fs::read(&path) else {
-        println!(
-            "\n(no {}: run scripts/build-plugins.sh for the plugin row)",
-            path.display()
-        );
-        return;
+    let wasm = match std::env::var_os("KK_BENCH_SCORER_WASM") {
+        Some(path) => std::fs::read(&path).map_err(anyhow::Error::from),
+        None => kk_demo::read_plugin("consolidation-scorer"),
+    };
+    let wasm = match wasm {
+        Ok(wasm) => wasm,
+        Err(e) => {
+            println!("\n({e:#}: no plugin row)");
+            return;
+        }
     };
     let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
     registry
-        .apply(&Source {
-            name: "consolidation-scorer".into(),
-            kind: Kind::Scorer,
-            digest: sha256_hex(&wasm),
+        .apply(&Source::new(
+            "consolidation-scorer",
+            Kind::Scorer,
             wasm,
-            config: "{}".into(),
-        })
+            "{}",
+        ))
         .expect("the default scorer loads");
     bench(
         "plugin consolidation-scorer (component)",
         &PluginScorer { registry },
     );
-}
-
-fn plugin_dir() -> std::path::PathBuf {
-    std::env::var_os("KK_PLUGIN_DIR")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        })
 }

@@ -17,7 +17,6 @@
 use std::time::{Duration, Instant};
 
 use karpenter_kakaocloud::plugins::convert;
-use karpenter_kakaocloud::plugins::engine::sha256_hex;
 use karpenter_kakaocloud::plugins::{
     Allocator, Bounds, Kind, PluginRanker, Registry, Runtime, Source,
 };
@@ -114,15 +113,7 @@ fn median(mut f: impl FnMut()) -> Duration {
 }
 
 fn main() {
-    let dir = std::env::var_os("KK_PLUGIN_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        });
-    let path = dir.join("instance-selector.wasm");
-    let wasm = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh", path.display()));
+    let wasm = kk_demo::read_plugin("instance-selector").unwrap_or_else(|e| panic!("{e:#}"));
     let load = |allocator| {
         let registry = Registry::new(
             Runtime::with_allocator(Bounds::default(), None, allocator).unwrap(),
@@ -130,13 +121,12 @@ fn main() {
         );
         let compile = Instant::now();
         registry
-            .apply(&Source {
-                name: "instance-selector".into(),
-                kind: Kind::Selector,
-                digest: sha256_hex(&wasm),
-                wasm: wasm.clone(),
-                config: "{}".into(),
-            })
+            .apply(&Source::new(
+                "instance-selector",
+                Kind::Selector,
+                wasm.clone(),
+                "{}",
+            ))
             .expect("the default selector loads");
         println!(
             "instance-selector component ({allocator:?}): compiled, linked and self-tested in {:.1?}",

@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use karpenter_kakaocloud::plugins::engine::sha256_hex;
 use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 use karpenter_kakaocloud::provisioning::fixtures::{
     LabelScheme, diverse_pods, fake_instance_types,
@@ -81,25 +80,21 @@ fn main() {
     bench_ranker("native cheapest-fit", &CheapestFitRanker, max_pods);
 
     // The default instance-selector component through the plugin seam, as the controller runs it.
-    let dir = std::env::var_os("KK_PLUGIN_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        });
-    let Ok(wasm) = std::fs::read(dir.join("instance-selector.wasm")) else {
-        println!("\n(no instance-selector.wasm: run scripts/build-plugins.sh for the plugin rows)");
-        return;
+    let wasm = match kk_demo::read_plugin("instance-selector") {
+        Ok(wasm) => wasm,
+        Err(e) => {
+            println!("\n({e:#}: no plugin rows)");
+            return;
+        }
     };
     let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
     registry
-        .apply(&Source {
-            name: "instance-selector".into(),
-            kind: Kind::Selector,
-            digest: sha256_hex(&wasm),
+        .apply(&Source::new(
+            "instance-selector",
+            Kind::Selector,
             wasm,
-            config: "{}".into(),
-        })
+            "{}",
+        ))
         .expect("the default selector loads");
     // The component path costs about a millisecond per rank call over 400 types, so the
     // largest batches are left to the native rows.

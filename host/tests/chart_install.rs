@@ -145,19 +145,10 @@ async fn install_guide_with_helm() {
         "consolidation-scorer",
         "kubeadm-userdata",
     ] {
-        wait_for(
-            &format!("{name} active"),
-            Duration::from_secs(60),
-            || async {
-                let events = cluster.plugin_events(name).await?;
-                Ok(events
-                    .iter()
-                    .any(|(r, _)| r == "PluginActive")
-                    .then_some(()))
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+        cluster
+            .wait_plugin_event(name, "PluginActive", "", Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     }
     let (_, body) = a.http_get(a.metrics_port, "/metrics").unwrap();
     assert!(
@@ -170,15 +161,11 @@ async fn install_guide_with_helm() {
 
     // Hot swap: the example selector, preferring a family the default did not choose, replaces
     // the instance-selector ConfigMap; the next node is of that family, with no restart.
-    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
     let before = cluster
         .instance_types_of("karpenter-default")
         .await
         .unwrap();
-    let prefer = ["r2a", "m2a", "c2a"]
-        .into_iter()
-        .find(|f| !before.iter().any(|t| family(t) == *f))
-        .unwrap();
+    let prefer = kk_demo::family_not_among(&before);
     let swapped_at = Instant::now();
     let digest = cluster
         .swap_selector(
@@ -186,19 +173,15 @@ async fn install_guide_with_helm() {
             &format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
         )
         .unwrap();
-    wait_for(
-        "the example selector active",
-        Duration::from_secs(60),
-        || async {
-            let events = cluster.plugin_events("instance-selector").await?;
-            Ok(events
-                .iter()
-                .any(|(r, n)| r == "PluginActive" && n.contains(&digest))
-                .then_some(()))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    cluster
+        .wait_plugin_event(
+            "instance-selector",
+            "PluginActive",
+            &digest,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     eprintln!(
         "plugin swapped {:.1}s after kubectl apply",
         swapped_at.elapsed().as_secs_f64()
@@ -215,12 +198,12 @@ async fn install_guide_with_helm() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     assert!(
-        swapped.iter().all(|t| family(t) == prefer),
+        swapped.iter().all(|t| kk_demo::family(t) == prefer),
         "default chose {before:?}; after the swap to prefer {prefer}: {swapped:?}"
     );
 
     // A tampered ConfigMap (digest of other bytes) is refused; the example keeps serving.
-    let wasm = std::fs::read(kk_demo::plugin_component("instance-selector").unwrap()).unwrap();
+    let wasm = kk_demo::read_plugin("instance-selector").unwrap();
     let tampered = kk_demo::plugin_configmap_json(
         "instance-selector",
         "instance-selector",
@@ -232,16 +215,19 @@ async fn install_guide_with_helm() {
     cluster
         .kubectl(&["apply", "-f", "-"], Some(&tampered))
         .unwrap();
-    let rejection = wait_for("PluginRejected", Duration::from_secs(60), || async {
-        let events = cluster.plugin_events("instance-selector").await?;
-        Ok(events.into_iter().find(|(r, _)| r == "PluginRejected"))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
-    assert!(rejection.1.contains("digest mismatch"), "{rejection:?}");
+    let rejection = cluster
+        .wait_plugin_event(
+            "instance-selector",
+            "PluginRejected",
+            "",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    assert!(rejection.contains("digest mismatch"), "{rejection}");
     assert!(
-        rejection.1.contains(&digest[..12]),
-        "names who keeps serving: {rejection:?}"
+        rejection.contains(&digest[..12]),
+        "names who keeps serving: {rejection}"
     );
     assert_eq!(a.exited(), None, "no restart: {}", a.log_text());
 

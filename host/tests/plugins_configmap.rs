@@ -2,7 +2,6 @@
 //! with an Event while the previous plugin serves, deleting the ConfigMap reverts to the native
 //! default.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -15,13 +14,7 @@ use karpenter_kakaocloud::plugins::{
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 
 fn component(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("KK_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        });
-    std::fs::read(dir.join(format!("{name}.wasm"))).expect("run scripts/build-plugins.sh")
+    kk_demo::read_plugin(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn configmap(namespace: &str, wasm: &[u8], digest: &str, config: &str) -> ConfigMap {

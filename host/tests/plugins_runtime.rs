@@ -3,7 +3,6 @@
 //! previous plugin keeps answering, wrong worlds and digests refused, gzip accepted, hot swap
 //! under concurrent calls, the userdata and scorer plugins, and the compiled-artifact cache.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -18,34 +17,12 @@ use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering}
 use karpenter_kakaocloud::provisioning::resources::Dim;
 use karpenter_kakaocloud::provisioning::{Candidate, InstanceRanker, RankRequest, Resources};
 
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("KK_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        })
-}
-
 fn component(name: &str) -> Vec<u8> {
-    let path = plugin_dir().join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run scripts/build-plugins.sh first",
-            path.display()
-        )
-    })
+    kk_demo::read_plugin(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn source(name: &str, crate_name: &str, kind: Kind, config: &str) -> Source {
-    let wasm = component(crate_name);
-    Source {
-        name: name.into(),
-        kind,
-        digest: sha256_hex(&wasm),
-        wasm,
-        config: config.into(),
-    }
+    Source::new(name, kind, component(crate_name), config)
 }
 
 fn registry() -> Arc<Registry> {

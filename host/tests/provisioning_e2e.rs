@@ -455,7 +455,6 @@ async fn a_restart_mid_launch_creates_no_duplicate_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
-    use karpenter_kakaocloud::plugins::engine::sha256_hex;
     use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 
     // The operator ranks through the plugin seam; with nothing loaded the native default serves.
@@ -469,7 +468,6 @@ async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
     .await;
     env.apply_guide().await;
     let ns = env.cp.fresh_namespace("custom").await.unwrap();
-    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
 
     env.apply_in(
         &ns,
@@ -484,26 +482,15 @@ async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
 
     // examples/gpu-aware-selector, built to a component, preferring a family the default did
     // not choose; the same pod shape in a second pool then gets that family.
-    let prefer = ["r2a", "m2a", "c2a"]
-        .into_iter()
-        .find(|f| family(&default_flavor) != *f)
-        .unwrap();
-    let dir = std::env::var_os("KK_PLUGIN_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap())
-                .join(".cache/karpenter-kakaocloud/plugins")
-        });
-    let wasm =
-        std::fs::read(dir.join("gpu-aware-selector.wasm")).expect("run scripts/build-plugins.sh");
+    let prefer = kk_demo::family_not_among(std::slice::from_ref(&default_flavor));
+    let wasm = kk_demo::read_plugin("gpu-aware-selector").unwrap_or_else(|e| panic!("{e:#}"));
     registry
-        .apply(&Source {
-            name: "gpu-aware-selector".into(),
-            kind: Kind::Selector,
-            digest: sha256_hex(&wasm),
+        .apply(&Source::new(
+            "gpu-aware-selector",
+            Kind::Selector,
             wasm,
-            config: format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
-        })
+            &format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
+        ))
         .expect("the example loads");
     env.kubectl_apply(&nodepool("custom", json!({}), None));
     env.apply_in(&ns, &deployment("after", 1, "custom", small(), json!({})));
@@ -514,7 +501,7 @@ async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
     )
     .to_owned();
     assert_eq!(
-        family(&chosen),
+        kk_demo::family(&chosen),
         prefer,
         "default chose {default_flavor}, the example preferring {prefer} chose {chosen}"
     );

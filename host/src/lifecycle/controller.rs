@@ -799,6 +799,54 @@ impl Lifecycle {
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 
+    /// Deletes instance `id` of NodeClaim `claim` through the verifying path. An untagged
+    /// instance with the claim's deterministic name was launched but never tagged (killed between
+    /// create and tag): it is adopted the way the launch would have, then deleted. One carrying
+    /// any other tag is not ours and is left alone.
+    async fn delete_instance(
+        &self,
+        claim: &str,
+        instance_name: &str,
+        id: &str,
+    ) -> Result<(), LifecycleError> {
+        use kakaocloud::DeleteOwnedError::{Api, NotOwned};
+        let keyring = self.keyring.current();
+        let cluster = &self.settings.cluster_name;
+        let not_owned = match self
+            .cloud
+            .instances()
+            .delete_owned(id, &keyring, cluster)
+            .await
+        {
+            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => return Ok(()),
+            Err(Api(e)) => return Err(e.into()),
+            Err(NotOwned(e)) => e,
+        };
+        let untagged_ours = self.cloud.instances().get(id).await.ok().filter(|i| {
+            i.name.as_deref() == Some(instance_name)
+                && i.description
+                    .as_deref()
+                    .is_none_or(|d| ownership::tags_in(d).next().is_none())
+        });
+        let Some(found) = untagged_ours else {
+            return Err(LifecycleError::NotReady(format!(
+                "instance {id} is not ours: {not_owned}"
+            )));
+        };
+        self.ensure_tagged(claim, &found).await?;
+        match self
+            .cloud
+            .instances()
+            .delete_owned(id, &keyring, cluster)
+            .await
+        {
+            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => Ok(()),
+            Err(e) => Err(LifecycleError::NotReady(format!(
+                "instance {id} could not be deleted after tagging: {e}"
+            ))),
+        }
+    }
+
     /// Deletes the instance of a NodeClaim that never registered, then drops the finalizer.
     async fn finalize(&self, nc: &NodeClaim) -> Result<Action, LifecycleError> {
         if !nc.finalizers().iter().any(|f| f == FINALIZER) {
@@ -829,51 +877,8 @@ impl Lifecycle {
                 .map(|i| i.id),
         };
         if let Some(id) = id {
-            let keyring = self.keyring.current();
-            match self
-                .cloud
-                .instances()
-                .delete_owned(&id, &keyring, &self.settings.cluster_name)
-                .await
-            {
-                Ok(_)
-                | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {}
-                Err(kakaocloud::DeleteOwnedError::NotOwned(e)) => {
-                    // Launched but never tagged (killed between create and tag): adopt it the
-                    // way the launch would have, then delete it through the verifying path. One
-                    // carrying any other tag is not ours and is left alone.
-                    let found = self.cloud.instances().get(&id).await.ok();
-                    if let Some(found) = found.filter(|i| {
-                        i.name.as_deref() == Some(instance_name.as_str())
-                            && i.description
-                                .as_deref()
-                                .is_none_or(|d| ownership::tags_in(d).next().is_none())
-                    }) {
-                        self.ensure_tagged(&nc.name_any(), &found).await?;
-                        match self
-                            .cloud
-                            .instances()
-                            .delete_owned(&id, &keyring, &self.settings.cluster_name)
-                            .await
-                        {
-                            Ok(_)
-                            | Err(kakaocloud::DeleteOwnedError::Api(
-                                kakaocloud::Error::NotFound { .. },
-                            )) => {}
-                            Err(e) => {
-                                return Err(LifecycleError::NotReady(format!(
-                                    "instance {id} could not be deleted after tagging: {e}"
-                                )));
-                            }
-                        }
-                    } else {
-                        return Err(LifecycleError::NotReady(format!(
-                            "instance {id} is not ours: {e}"
-                        )));
-                    }
-                }
-                Err(kakaocloud::DeleteOwnedError::Api(e)) => return Err(e.into()),
-            }
+            self.delete_instance(&nc.name_any(), &instance_name, &id)
+                .await?;
             tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
         }
         let finalizers: Vec<String> = nc

@@ -36,6 +36,20 @@ pub struct Source {
     pub config: String,
 }
 
+impl Source {
+    /// A plugin from its uncompressed component, its digest computed here (tests, benches, and
+    /// anything loading a component it built itself rather than from a ConfigMap).
+    pub fn new(name: &str, kind: Kind, wasm: Vec<u8>, config: &str) -> Source {
+        Source {
+            name: name.into(),
+            kind,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: config.into(),
+        }
+    }
+}
+
 /// The component bytes, gunzipped when they are gzip (bounded, so a zip bomb is refused).
 pub fn decode(bytes: &[u8]) -> Result<Vec<u8>, PluginError> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {

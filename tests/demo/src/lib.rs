@@ -55,6 +55,26 @@ pub fn plugin_component(crate_file: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The family of an instance type name (`r2a` of `r2a.large`).
+pub fn family(instance_type: &str) -> &str {
+    instance_type.split('.').next().unwrap_or_default()
+}
+
+/// A general-purpose family none of `instance_types` belongs to: what the hot-swap demos ask
+/// the example selector to prefer, so its effect is visible.
+pub fn family_not_among(instance_types: &[String]) -> &'static str {
+    ["r2a", "m2a", "c2a"]
+        .into_iter()
+        .find(|f| !instance_types.iter().any(|t| family(t) == *f))
+        .expect("three families, the default picks at most two")
+}
+
+/// The bytes of a built plugin component (see [`plugin_component`]).
+pub fn read_plugin(crate_file: &str) -> anyhow::Result<Vec<u8>> {
+    let path = plugin_component(crate_file)?;
+    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+}
+
 /// A plugin ConfigMap of the release namespace, as scripts/plugin-configmap.sh writes it: the
 /// gzip component, `digest` as its sha256 annotation, the world label, `config` as config.json.
 pub fn plugin_configmap_json(
@@ -606,8 +626,7 @@ helm upgrade --install karpenter-provider-kakaocloud \
     /// `scripts/plugin-configmap.sh <crate> --name instance-selector | kubectl apply -f -` does.
     /// Returns the component's sha256.
     pub fn swap_selector(&self, crate_file: &str, config: &str) -> anyhow::Result<String> {
-        let path = plugin_component(crate_file)?;
-        let wasm = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let wasm = read_plugin(crate_file)?;
         let digest = karpenter_kakaocloud::plugins::engine::sha256_hex(&wasm);
         let cm = plugin_configmap_json(
             "instance-selector",
@@ -635,6 +654,26 @@ helm upgrade --install karpenter-provider-kakaocloud \
             })
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect())
+    }
+
+    /// Waits until the controllers published a `reason` Event on plugin ConfigMap `name` whose
+    /// message contains `containing`; returns the message.
+    pub async fn wait_plugin_event(
+        &self,
+        name: &str,
+        reason: &str,
+        containing: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
+        wait_for(&format!("a {reason} Event on {name}"), timeout, || async {
+            Ok(self
+                .plugin_events(name)
+                .await?
+                .into_iter()
+                .find(|(r, n)| r == reason && n.contains(containing))
+                .map(|(_, n)| n))
+        })
+        .await
     }
 
     /// A second NodePool (`swap-demo`, same KCNodeClass) and a one-replica Deployment that only

@@ -80,12 +80,8 @@ where
 
 /// The second demo: the selection plugin swapped at runtime, no restart; the next node differs.
 async fn hot_swap(cluster: &Cluster, began: Instant, timeout: Duration) -> anyhow::Result<()> {
-    let family = |t: &str| t.split('.').next().unwrap_or_default().to_owned();
     let before = cluster.instance_types_of("karpenter-default").await?;
-    let prefer = ["r2a", "m2a", "c2a"]
-        .into_iter()
-        .find(|f| !before.iter().any(|t| family(t) == *f))
-        .unwrap_or("r2a");
+    let prefer = kk_demo::family_not_among(&before);
     step(
         began,
         &format!(
@@ -97,14 +93,14 @@ async fn hot_swap(cluster: &Cluster, began: Instant, timeout: Duration) -> anyho
         "gpu-aware-selector",
         &format!(r#"{{"preferFamilies": ["{prefer}"]}}"#),
     )?;
-    let note = kk_demo::wait_for("PluginActive", Duration::from_secs(60), || async {
-        let events = cluster.plugin_events("instance-selector").await?;
-        Ok(events
-            .into_iter()
-            .find(|(r, n)| r == "PluginActive" && n.contains(&digest))
-            .map(|(_, n)| n))
-    })
-    .await?;
+    let note = cluster
+        .wait_plugin_event(
+            "instance-selector",
+            "PluginActive",
+            &digest,
+            Duration::from_secs(60),
+        )
+        .await?;
     println!(
         "  {:.1}s after kubectl apply, Event PluginActive: {note}",
         swapped.elapsed().as_secs_f64()
