@@ -3,14 +3,18 @@
 //! `cargo bench -p karpenter-kakaocloud --bench plugin_rank` prints, for 10, 100 and 500
 //! candidate instance types, the median time of:
 //! - `native policy`: the default instance-selector's code (plugins/instance-selector) compiled
-//!   into this binary and called through the SDK's native harness, on the SDK's own records;
+//!   into this binary and called through the SDK's native harness (config parsed, candidates
+//!   resolved against the catalog, the policy), on the SDK's own records;
 //! - `component`: the same crate built as a WebAssembly component, called as the controller
-//!   calls it (host records converted to WIT, a warm instance with its own store, limits and
-//!   deadline, the result validated);
+//!   calls it (host candidates converted to flat WIT records, a warm instance that already holds
+//!   the catalog, its own store, limits and deadline, the result validated);
 //! - `comp. on-demand`: the same without the pooling allocator;
 //! - `host native`: the controller's built-in cheapest-fit ranker, for reference;
 //! - first, the fixed costs: instantiating (pooled and not) and an empty `rank` on a warm instance;
-//! - the target: component within 2x native plus 20 us.
+//! - the target: component within 2x native plus 20 us;
+//! - last, the breakdown: building the records, the call, how much of it is the boundary (the
+//!   same call to an identity selector, the hostile-selector fixture), and what a catalog change
+//!   costs once (converting it, `load-catalog`).
 //!
 //! Needs the built component ($KK_PLUGIN_DIR/instance-selector.wasm, scripts/build-plugins.sh).
 
@@ -22,7 +26,7 @@ use karpenter_kakaocloud::plugins::{
 };
 use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
 use karpenter_kakaocloud::provisioning::{
-    Candidate, CheapestFitRanker, InstanceRanker, RankRequest, Resources,
+    Candidate, Catalog, CheapestFitRanker, InstanceRanker, RankRequest, Resources,
 };
 use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
 
@@ -78,7 +82,7 @@ fn host_types(shapes: &[Shape]) -> Vec<InstanceType> {
         .collect()
 }
 
-fn sdk_input(shapes: &[Shape]) -> karpenter_kakaocloud_sdk::RankInput {
+fn sdk_input(shapes: &[Shape]) -> testing::RankCase {
     RankInputBuilder::new()
         .pods(3)
         .requests(1500, 3 * GI)
@@ -136,6 +140,17 @@ fn main() {
     };
     let pooled = load(Allocator::Pooling);
     let on_demand = load(Allocator::OnDemand);
+    // The boundary alone: a selector that answers 0..n without looking (the test fixture).
+    let identity = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    identity
+        .apply(&Source::new(
+            "identity",
+            Kind::Selector,
+            kk_demo::read_plugin("hostile-selector").unwrap_or_else(|e| panic!("{e:#}")),
+            r#"{"mode": "identity"}"#,
+        ))
+        .expect("the identity selector loads");
+    let identity = identity.active(Kind::Selector).unwrap();
     let ranker = PluginRanker {
         registry: pooled.clone(),
     };
@@ -146,14 +161,16 @@ fn main() {
     let empty = RankRequest {
         node_pool: "bench",
         requests: Resources::new(1500, 3 * GI, 3),
+        catalog: Catalog::new(&[]),
         candidates: &[],
     };
+    let empty_catalog = convert::catalog(&empty.catalog);
     let empty_input = convert::rank_input(&empty);
     let fixed_costs = |registry: &Registry| {
         let plugin = registry.active(Kind::Selector).unwrap();
         let instantiate = median(|| plugin.instantiate_once().unwrap());
         let warm = median(|| {
-            plugin.rank(&empty_input).unwrap();
+            plugin.rank(&empty_catalog, &empty_input).unwrap();
         });
         (instantiate, warm)
     };
@@ -178,17 +195,14 @@ fn main() {
     for n in [10, 100, 500] {
         let shapes = shapes(n);
         let types = host_types(&shapes);
-        let candidates: Vec<Candidate<'_>> = types
-            .iter()
-            .map(|t| Candidate {
-                instance_type: t,
-                allocatable: t.allocatable(),
-                offerings: t.offerings.iter().filter(|o| o.available).collect(),
-            })
+        let catalog = Catalog::new(&types);
+        let candidates: Vec<Candidate<'_>> = (0..types.len())
+            .map(|i| Candidate::available(&catalog, i))
             .collect();
         let request = RankRequest {
             node_pool: "bench",
             requests: Resources::new(1500, 3 * GI, 3),
+            catalog,
             candidates: &candidates,
         };
         let input = sdk_input(&shapes);
@@ -217,17 +231,40 @@ fn main() {
         let host = median(|| {
             std::hint::black_box(CheapestFitRanker.rank(&request).unwrap());
         });
-        // Where the component's time goes: building the WIT records, and the call itself
-        // (lower the records into a warm instance, run, lift the answer).
+        // Where the component's time goes: building the WIT records, the call itself (lower
+        // the records into a warm instance, run, lift the answer), and what a catalog change
+        // adds (converting it, and `load-catalog` once per warm instance).
         let converted = convert::rank_input(&request);
         let convert_only = median(|| {
             std::hint::black_box(convert::rank_input(&request));
         });
         let plugin = pooled.active(Kind::Selector).unwrap();
+        let wit_catalog = pooled.selector_catalog(&catalog);
         let call_only = median(|| {
-            std::hint::black_box(plugin.rank(&converted).unwrap());
+            std::hint::black_box(plugin.rank(&wit_catalog, &converted).unwrap());
         });
-        breakdown.push((n, convert_only, call_only));
+        let convert_catalog = median(|| {
+            std::hint::black_box(convert::catalog(&catalog));
+        });
+        // Two fingerprints of the same types, alternated: every call reloads the catalog.
+        let mut flip = [convert::catalog(&catalog), convert::catalog(&catalog)];
+        flip[1].fingerprint ^= 1;
+        let mut turn = 0;
+        let reload = median(|| {
+            turn ^= 1;
+            std::hint::black_box(plugin.rank(&flip[turn], &converted).unwrap());
+        });
+        let boundary = median(|| {
+            std::hint::black_box(identity.rank(&wit_catalog, &converted).unwrap());
+        });
+        breakdown.push((
+            n,
+            convert_only,
+            call_only,
+            boundary,
+            convert_catalog,
+            reload.saturating_sub(call_only),
+        ));
         let target = native * 2 + Duration::from_micros(20);
         println!(
             "{n:>10} {:>14.1?} {:>14.1?} {:>16.1?} {:>14.1?} {:>9.1}x {:>14.1?} {}",
@@ -241,10 +278,25 @@ fn main() {
         );
     }
     println!(
-        "\n{:>10} {:>16} {:>16}",
-        "candidates", "build records", "call (pooled)"
+        "\n{:>10} {:>14} {:>14} {:>20} {:>16} {:>13}",
+        "candidates",
+        "build records",
+        "call (pooled)",
+        "of which boundary",
+        "convert catalog",
+        "load-catalog"
     );
-    for (n, convert_only, call_only) in breakdown {
-        println!("{n:>10} {convert_only:>16.1?} {call_only:>16.1?}");
+    for (n, convert_only, call_only, boundary, convert_catalog, load) in breakdown {
+        println!(
+            "{n:>10} {convert_only:>14.1?} {call_only:>14.1?} {boundary:>20.1?} {convert_catalog:>16.1?} {load:>13.1?}"
+        );
     }
+    println!(
+        "(boundary: the same call to a selector that answers 0..n unread: lowering the \
+         candidates, resolving them in the guest, lifting the answer)"
+    );
+    println!(
+        "(a catalog is converted once per fingerprint and loaded once per warm instance; \
+         a solve ranks against one catalog many times)"
+    );
 }

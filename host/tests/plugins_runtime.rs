@@ -15,7 +15,9 @@ use karpenter_kakaocloud::plugins::{
 };
 use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
 use karpenter_kakaocloud::provisioning::resources::Dim;
-use karpenter_kakaocloud::provisioning::{Candidate, InstanceRanker, RankRequest, Resources};
+use karpenter_kakaocloud::provisioning::{
+    Candidate, Catalog, InstanceRanker, RankRequest, Resources,
+};
 
 fn component(name: &str) -> Vec<u8> {
     kk_demo::read_plugin(name).unwrap_or_else(|e| panic!("{e:#}"))
@@ -62,22 +64,34 @@ fn rank_names(
     types: &[InstanceType],
     requests: Resources,
 ) -> Result<Vec<String>, String> {
-    let candidates: Vec<Candidate<'_>> = types
-        .iter()
-        .map(|t| Candidate {
-            instance_type: t,
-            allocatable: t.allocatable(),
-            offerings: t.offerings.iter().collect(),
-        })
+    rank_subset(ranker, types, 0..types.len(), requests)
+}
+
+/// Ranks the types at `indices` of the catalog `types` (available offerings only).
+fn rank_subset(
+    ranker: &dyn InstanceRanker,
+    types: &[InstanceType],
+    indices: impl IntoIterator<Item = usize>,
+    requests: Resources,
+) -> Result<Vec<String>, String> {
+    let catalog = Catalog::new(types);
+    let candidates: Vec<Candidate<'_>> = indices
+        .into_iter()
+        .map(|i| Candidate::available(&catalog, i))
         .collect();
     let req = RankRequest {
         node_pool: "default",
         requests,
+        catalog,
         candidates: &candidates,
     };
     ranker
         .rank(&req)
-        .map(|o| o.into_iter().map(|i| types[i].name.clone()).collect())
+        .map(|o| {
+            o.into_iter()
+                .map(|i| candidates[i].instance_type.name.clone())
+                .collect()
+        })
         .map_err(|e| e.to_string())
 }
 
@@ -123,6 +137,37 @@ fn default_selector_ranks_the_cheapest_fitting_offering_first_and_honours_its_co
         "denied family left out: {order:?}"
     );
     assert_eq!(order[0], "m2a.large");
+}
+
+#[test]
+fn warm_instances_follow_catalog_changes_and_each_calls_availability() {
+    let reg = registry();
+    reg.apply(&source(
+        "instance-selector",
+        "instance-selector",
+        Kind::Selector,
+        "{}",
+    ))
+    .unwrap();
+    let ranker = PluginRanker { registry: reg };
+    let mut types = catalog();
+    // Candidates are a subset of the catalog: answers name candidates, not catalog positions.
+    let subset = rank_subset(&ranker, &types, [3, 0, 2], small()).unwrap();
+    assert_eq!(subset, ["m2a.large", "r2a.large", "m2a.xlarge"]);
+    // The same catalog with c2a's offering unavailable (same fingerprint, so no reload): the
+    // availability travels with the candidates and c2a is left out.
+    types[1].offerings[0].available = false;
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(order[0], "m2a.large", "{order:?}");
+    assert!(!order.contains(&"c2a.large".to_owned()), "{order:?}");
+    // A price change is a new catalog: the warm instances reload it before ranking.
+    types[1].offerings[0].available = true;
+    types[3].offerings[0].price_micros = 10_000;
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(order[0], "r2a.large", "{order:?}");
+    types[3].offerings[0].price_micros = 120_000;
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(order[0], "c2a.large", "{order:?}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Typed helpers on the WIT records: resource arithmetic, prices, requirement matching.
 
-use crate::{Entry, InstanceType, Offering, Operator, Requirement, Resources};
+use crate::{Entry, InstanceType, Operator, Requirement, Resources};
 
 impl Resources {
     /// All zero.
@@ -57,23 +57,6 @@ impl Resources {
 }
 
 impl InstanceType {
-    /// The cheapest available offering, if any.
-    pub fn cheapest_available(&self) -> Option<&Offering> {
-        self.offerings
-            .iter()
-            .filter(|o| o.available)
-            .min_by_key(|o| o.price_micros)
-    }
-
-    /// Price per hour of one allocatable vCPU (micro-units) at the cheapest available offering.
-    pub fn price_per_allocatable_vcpu(&self) -> Option<u64> {
-        let offering = self.cheapest_available()?;
-        if self.allocatable.cpu_millis == 0 {
-            return None;
-        }
-        Some(((offering.price_micros as u128 * 1000) / self.allocatable.cpu_millis as u128) as u64)
-    }
-
     /// The GPU count (0 without GPUs).
     pub fn gpu_count(&self) -> u32 {
         self.gpu.as_ref().map_or(0, |g| g.count)
@@ -147,7 +130,7 @@ pub fn order_by<K: Ord>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::InstanceTypeBuilder;
+    use crate::testing::{InstanceTypeBuilder, RankInputBuilder};
 
     #[test]
     fn resource_arithmetic() {
@@ -182,18 +165,37 @@ mod tests {
 
     #[test]
     fn price_per_vcpu_uses_cheapest_available_offering() {
-        let t = InstanceTypeBuilder::new("m2a.large", 2000, 8 << 30)
-            .offering("a", 200_000, true)
-            .offering("b", 100_000, false)
+        let case = RankInputBuilder::new()
+            .candidate(
+                InstanceTypeBuilder::new("m2a.large", 2000, 8 << 30)
+                    .offering("a", 200_000, true)
+                    .offering("b", 100_000, false)
+                    .build(),
+            )
+            .candidate(
+                InstanceTypeBuilder::new("x.large", 2000, 1)
+                    .offering("a", 1, false)
+                    .build(),
+            )
             .build();
+        let request = case.request();
+        let (t, none) = (&request.candidates[0], &request.candidates[1]);
         assert_eq!(t.cheapest_available().unwrap().zone, "a");
+        assert!(t.is_available(0) && !t.is_available(1) && !t.is_available(64));
         // 200_000 per hour over 1.9 allocatable vCPU (2 cores minus kube-reserved).
         let per_vcpu = t.price_per_allocatable_vcpu().unwrap();
         assert!(per_vcpu > 100_000 && per_vcpu < 110_000, "{per_vcpu}");
-        let none = InstanceTypeBuilder::new("x.large", 2000, 1)
-            .offering("a", 1, false)
-            .build();
         assert_eq!(none.price_per_allocatable_vcpu(), None);
+    }
+
+    #[test]
+    fn a_candidate_outside_the_catalog_is_an_error() {
+        let mut case = RankInputBuilder::new()
+            .candidate(InstanceTypeBuilder::new("m2a.large", 2000, 1).build())
+            .build();
+        case.input.candidates[0] = 1;
+        let err = crate::RankRequest::resolve(&case.input, &case.catalog).unwrap_err();
+        assert!(err.contains("instance type 1 of a catalog of 1"), "{err}");
     }
 
     #[test]
@@ -215,7 +217,8 @@ mod tests {
         assert!(!req(Operator::Lt, &["x"]).matches(Some("2")));
         let t = InstanceTypeBuilder::new("g1.xlarge", 4000, 1)
             .label("tier", "gold")
-            .build();
+            .build()
+            .instance_type;
         assert!(t.satisfies(&[Requirement {
             key: "karpenter.kakaocloud.com/instance-family".into(),
             operator: Operator::In,

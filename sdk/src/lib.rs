@@ -10,7 +10,7 @@
 //! pub struct Cheapest;
 //! impl InstanceSelector for Cheapest {
 //!     type Config = ();
-//!     fn rank(input: &RankInput, _: &()) -> Result<Vec<u32>, String> { /* ... */ }
+//!     fn rank(input: &RankRequest, _: &()) -> Result<Vec<u32>, String> { /* ... */ }
 //! }
 //! karpenter_kakaocloud_sdk::export_instance_selector!(Cheapest, wit = "../../wit");
 //! ```
@@ -24,6 +24,7 @@
 //! (default `wit`: copy this repository's `wit/` directory into your crate).
 
 pub mod helpers;
+pub mod selector;
 pub mod testing;
 
 #[doc(hidden)]
@@ -47,11 +48,13 @@ pub mod bindings {
 
 pub use bindings::kakaocloud::karpenter::host::Level;
 pub use bindings::kakaocloud::karpenter::types::*;
+pub use selector::{Candidate, RankRequest};
 
 /// Everything a plugin usually needs.
 pub mod prelude {
     pub use crate::bindings::kakaocloud::karpenter::types::*;
     pub use crate::helpers::*;
+    pub use crate::selector::{Candidate, RankRequest};
     pub use crate::{ConsolidationScorer, InstanceSelector, Level, UserdataRenderer, log};
 }
 
@@ -62,7 +65,7 @@ pub trait InstanceSelector {
     type Config: serde::de::DeserializeOwned + Default;
 
     /// Indices into `input.candidates`, best first; candidates left out are not used.
-    fn rank(input: &RankInput, config: &Self::Config) -> Result<Vec<u32>, String>;
+    fn rank(input: &RankRequest<'_>, config: &Self::Config) -> Result<Vec<u32>, String>;
 }
 
 /// A policy that scores consolidation candidates (world `consolidation-scorer`).
@@ -109,13 +112,6 @@ pub fn parse_config<C: serde::de::DeserializeOwned + Default>(raw: &str) -> Resu
     serde_json::from_str(raw).map_err(|e| format!("invalid plugin config: {e}"))
 }
 
-/// What the exported `rank` does: read the config, call the policy. Public for the macros.
-#[doc(hidden)]
-pub fn __rank<P: InstanceSelector>(input: &RankInput) -> Result<Vec<u32>, String> {
-    let config = parse_config::<P::Config>(&config_json())?;
-    P::rank(input, &config)
-}
-
 #[doc(hidden)]
 pub fn __score<P: ConsolidationScorer>(input: &ScoreInput) -> Result<Vec<f64>, String> {
     let config = parse_config::<P::Config>(&config_json())?;
@@ -149,10 +145,18 @@ macro_rules! export_instance_selector {
                     "kakaocloud:karpenter/host@0.1.0": karpenter_kakaocloud_sdk::bindings::kakaocloud::karpenter::host,
                 },
             });
+            // The catalog and parsed config live as long as the instance (guests are
+            // single-threaded, so a thread-local is the instance's state).
+            ::std::thread_local! {
+                static STATE: $crate::selector::SelectorState<$policy> = Default::default();
+            }
             struct Export;
             impl Guest for Export {
+                fn load_catalog(catalog: Vec<$crate::InstanceType>) -> Result<(), String> {
+                    STATE.with(|s| s.load_catalog(catalog))
+                }
                 fn rank(input: $crate::RankInput) -> Result<Vec<u32>, String> {
-                    $crate::__rank::<$policy>(&input)
+                    STATE.with(|s| s.rank(&input))
                 }
             }
             export!(Export);

@@ -5,8 +5,8 @@ use std::cell::RefCell;
 
 use crate::{
     Arch, CapacityType, Cni, ConsolidationCandidate, DisruptionReason, Entry, GpuInfo,
-    InstanceType, KubeletSettings, Level, NodePool, Offering, RankInput, Requirement, Resources,
-    ScoreInput, Taint, TaintEffect, UserdataInput, helpers::family_of,
+    InstanceType, KubeletSettings, Level, NodePool, Offering, RankInput, RankRequest, Requirement,
+    Resources, ScoreInput, Taint, TaintEffect, UserdataInput, helpers::family_of,
 };
 
 thread_local! {
@@ -37,9 +37,11 @@ pub fn take_logs() -> Vec<(Level, String)> {
     LOGS.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 
-/// Calls an [`crate::InstanceSelector`] the way the exported `rank` does (config from [`with_config`]).
-pub fn rank<P: crate::InstanceSelector>(input: &RankInput) -> Result<Vec<u32>, String> {
-    crate::__rank::<P>(input)
+/// Calls an [`crate::InstanceSelector`] the way the exported `rank` does: the config (from
+/// [`with_config`]) parsed, the candidates resolved against the case's catalog.
+pub fn rank<P: crate::InstanceSelector>(case: &RankCase) -> Result<Vec<u32>, String> {
+    let config = crate::parse_config::<P::Config>(&current_config())?;
+    P::rank(&RankRequest::resolve(&case.input, &case.catalog)?, &config)
 }
 
 /// Calls a [`crate::ConsolidationScorer`] the way the exported `score` does.
@@ -63,9 +65,17 @@ pub fn resources(cpu_millis: u64, memory_bytes: u64) -> Resources {
     }
 }
 
-/// Builds an [`InstanceType`]. Allocatable defaults to capacity minus 100m CPU and 10% of memory.
+/// An instance type as a candidate: the catalog entry and which of its offerings are
+/// available (bit i: offering i).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateSpec {
+    pub instance_type: InstanceType,
+    pub available: u64,
+}
+
+/// Builds a [`CandidateSpec`]. Allocatable defaults to capacity minus 100m CPU and 10% of memory.
 #[derive(Debug, Clone)]
-pub struct InstanceTypeBuilder(InstanceType);
+pub struct InstanceTypeBuilder(CandidateSpec);
 
 impl InstanceTypeBuilder {
     pub fn new(name: &str, cpu_millis: u64, memory_bytes: u64) -> Self {
@@ -75,18 +85,21 @@ impl InstanceTypeBuilder {
             memory_bytes: memory_bytes - memory_bytes / 10,
             ..capacity
         };
-        InstanceTypeBuilder(InstanceType {
-            name: name.to_owned(),
-            family: family_of(name).to_owned(),
-            arch: Arch::Amd64,
-            capacity,
-            allocatable,
-            gpu: None,
-            labels: vec![Entry {
-                key: "kubernetes.io/arch".into(),
-                value: "amd64".into(),
-            }],
-            offerings: Vec::new(),
+        InstanceTypeBuilder(CandidateSpec {
+            instance_type: InstanceType {
+                name: name.to_owned(),
+                family: family_of(name).to_owned(),
+                arch: Arch::Amd64,
+                capacity,
+                allocatable,
+                gpu: None,
+                labels: vec![Entry {
+                    key: "kubernetes.io/arch".into(),
+                    value: "amd64".into(),
+                }],
+                offerings: Vec::new(),
+            },
+            available: 0,
         })
     }
 
@@ -102,33 +115,37 @@ impl InstanceTypeBuilder {
         price_micros: u64,
         available: bool,
     ) -> Self {
-        self.0.offerings.push(Offering {
+        let offerings = &mut self.0.instance_type.offerings;
+        if available && offerings.len() < 64 {
+            self.0.available |= 1 << offerings.len();
+        }
+        offerings.push(Offering {
             zone: zone.to_owned(),
             capacity_type,
             price_micros,
-            available,
         });
         self
     }
 
     pub fn gpus(mut self, count: u32, model: &str) -> Self {
-        self.0.gpu = Some(GpuInfo {
+        let t = &mut self.0.instance_type;
+        t.gpu = Some(GpuInfo {
             count,
             model: model.to_owned(),
             memory_bytes: 0,
         });
-        self.0.capacity.gpus = count as u64;
-        self.0.allocatable.gpus = count as u64;
+        t.capacity.gpus = count as u64;
+        t.allocatable.gpus = count as u64;
         self
     }
 
     pub fn arch(mut self, arch: Arch) -> Self {
-        self.0.arch = arch;
+        self.0.instance_type.arch = arch;
         self
     }
 
     pub fn label(mut self, key: &str, value: &str) -> Self {
-        self.0.labels.push(Entry {
+        self.0.instance_type.labels.push(Entry {
             key: key.to_owned(),
             value: value.to_owned(),
         });
@@ -136,18 +153,35 @@ impl InstanceTypeBuilder {
     }
 
     pub fn allocatable(mut self, allocatable: Resources) -> Self {
-        self.0.allocatable = allocatable;
+        self.0.instance_type.allocatable = allocatable;
         self
     }
 
-    pub fn build(self) -> InstanceType {
+    pub fn build(self) -> CandidateSpec {
         self.0
     }
 }
 
-/// Builds a [`RankInput`] for NodePool `default`, requests zero.
+/// A `rank` call as the host makes it: the catalog it loaded and the input whose candidates
+/// refer to it.
 #[derive(Debug, Clone)]
-pub struct RankInputBuilder(RankInput);
+pub struct RankCase {
+    pub catalog: Vec<InstanceType>,
+    pub input: RankInput,
+}
+
+impl RankCase {
+    /// The request the policy sees.
+    pub fn request(&self) -> RankRequest<'_> {
+        RankRequest::resolve(&self.input, &self.catalog)
+            .expect("builders keep candidates in the catalog")
+    }
+}
+
+/// Builds a [`RankCase`] for NodePool `default`, requests zero; each candidate is also a
+/// catalog entry, in order.
+#[derive(Debug, Clone)]
+pub struct RankInputBuilder(RankCase);
 
 impl Default for RankInputBuilder {
     fn default() -> Self {
@@ -157,64 +191,71 @@ impl Default for RankInputBuilder {
 
 impl RankInputBuilder {
     pub fn new() -> Self {
-        RankInputBuilder(RankInput {
-            node_pool: NodePool {
-                name: "default".into(),
-                labels: vec![],
+        RankInputBuilder(RankCase {
+            catalog: vec![],
+            input: RankInput {
+                node_pool: NodePool {
+                    name: "default".into(),
+                    labels: vec![],
+                    requirements: vec![],
+                    weight: 0,
+                },
+                requests: Resources::ZERO,
+                pod_count: 1,
                 requirements: vec![],
-                weight: 0,
+                candidates: vec![],
+                available_offerings: vec![],
             },
-            requests: Resources::ZERO,
-            pod_count: 1,
-            requirements: vec![],
-            candidates: vec![],
         })
     }
 
     pub fn node_pool(mut self, name: &str) -> Self {
-        self.0.node_pool.name = name.to_owned();
+        self.0.input.node_pool.name = name.to_owned();
         self
     }
 
     /// The pods' aggregate requests (one pod slot per pod).
     pub fn requests(mut self, cpu_millis: u64, memory_bytes: u64) -> Self {
-        self.0.requests = Resources {
+        let input = &mut self.0.input;
+        input.requests = Resources {
             cpu_millis,
             memory_bytes,
-            pods: self.0.pod_count as u64,
-            gpus: self.0.requests.gpus,
+            pods: input.pod_count as u64,
+            gpus: input.requests.gpus,
             ephemeral_bytes: 0,
         };
         self
     }
 
     pub fn gpus(mut self, gpus: u64) -> Self {
-        self.0.requests.gpus = gpus;
+        self.0.input.requests.gpus = gpus;
         self
     }
 
     pub fn pods(mut self, count: u32) -> Self {
-        self.0.pod_count = count;
-        self.0.requests.pods = count as u64;
+        self.0.input.pod_count = count;
+        self.0.input.requests.pods = count as u64;
         self
     }
 
     pub fn requirement(mut self, requirement: Requirement) -> Self {
-        self.0.requirements.push(requirement);
+        self.0.input.requirements.push(requirement);
         self
     }
 
-    pub fn candidate(mut self, candidate: InstanceType) -> Self {
-        self.0.candidates.push(candidate);
+    pub fn candidate(mut self, candidate: CandidateSpec) -> Self {
+        let input = &mut self.0.input;
+        input.candidates.push(self.0.catalog.len() as u32);
+        input.available_offerings.push(candidate.available);
+        self.0.catalog.push(candidate.instance_type);
         self
     }
 
-    pub fn candidates(mut self, candidates: impl IntoIterator<Item = InstanceType>) -> Self {
-        self.0.candidates.extend(candidates);
-        self
+    pub fn candidates(self, candidates: impl IntoIterator<Item = CandidateSpec>) -> Self {
+        candidates.into_iter().fold(self, Self::candidate)
     }
 
-    pub fn build(self) -> RankInput {
+    pub fn build(self) -> RankCase {
         self.0
     }
 }

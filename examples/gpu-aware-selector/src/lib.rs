@@ -23,7 +23,7 @@ pub struct GpuAware;
 impl InstanceSelector for GpuAware {
     type Config = Config;
 
-    fn rank(input: &RankInput, config: &Config) -> Result<Vec<u32>, String> {
+    fn rank(input: &RankRequest, config: &Config) -> Result<Vec<u32>, String> {
         let wants_gpu = input.requests.gpus > 0;
         let kept = input.candidates.iter().enumerate().filter(|(_, t)| {
             let gpu_ok = if wants_gpu {
@@ -55,11 +55,13 @@ karpenter_kakaocloud_sdk::export_instance_selector!(GpuAware, wit = "../../wit")
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
+    use karpenter_kakaocloud_sdk::testing::{
+        self, CandidateSpec, InstanceTypeBuilder, RankInputBuilder,
+    };
 
     const GI: u64 = 1 << 30;
 
-    fn catalog() -> Vec<InstanceType> {
+    fn catalog() -> Vec<CandidateSpec> {
         vec![
             InstanceTypeBuilder::new("g2a.xlarge", 8000, 64 * GI)
                 .gpus(1, "A100")

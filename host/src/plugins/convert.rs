@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Taint;
 use super::bindings::{scorer, selector, userdata};
 use crate::disruption::{Reason, ScoreCandidate};
 use crate::lifecycle::UserdataInput;
-use crate::provisioning::RankRequest;
 use crate::provisioning::resources::{Dim, Resources};
+use crate::provisioning::{Catalog, RankRequest};
 
 macro_rules! resources_and_basics {
     ($module:ident, $world:ident) => {
@@ -51,14 +51,20 @@ resources_and_basics!(selector_types, selector);
 resources_and_basics!(scorer_types, scorer);
 resources_and_basics!(userdata_types, userdata);
 
-/// The selector's input for a host ranking request.
-pub fn rank_input(req: &RankRequest<'_>) -> selector::kakaocloud::karpenter::types::RankInput {
+/// The catalog as the selector world takes it (`load-catalog`), with the fingerprint it was
+/// made from.
+pub struct SelectorCatalog {
+    pub fingerprint: u64,
+    pub types: Vec<selector::kakaocloud::karpenter::types::InstanceType>,
+}
+
+/// Converts a solve's catalog for `load-catalog`.
+pub fn catalog(catalog: &Catalog<'_>) -> SelectorCatalog {
     use selector_types::{capacity_type, entries, resources, t};
-    let candidates = req
-        .candidates
+    let types = catalog
+        .types
         .iter()
-        .map(|c| {
-            let it = c.instance_type;
+        .map(|it| {
             let arch = match it.label("kubernetes.io/arch") {
                 Some("arm64") => t::Arch::Arm64,
                 Some("amd64") | None => t::Arch::Amd64,
@@ -70,29 +76,39 @@ pub fn rank_input(req: &RankRequest<'_>) -> selector::kakaocloud::karpenter::typ
                 family: it.name.split('.').next().unwrap_or_default().to_owned(),
                 arch,
                 capacity: resources(&it.capacity),
-                allocatable: resources(&c.allocatable),
+                allocatable: resources(&it.allocatable()),
                 gpu: (gpus > 0).then(|| t::GpuInfo {
                     count: gpus as u32,
                     model: it
-                        .label("karpenter.kakaocloud.com/gpu-model")
+                        .label(crate::provisioning::catalog::LABEL_GPU_NAME)
                         .unwrap_or_default()
                         .to_owned(),
                     memory_bytes: 0,
                 }),
                 labels: entries(it.labels.iter().map(|(k, v)| (k, v))),
-                offerings: c
+                offerings: it
                     .offerings
                     .iter()
                     .map(|o| t::Offering {
                         zone: o.zone.clone(),
                         capacity_type: capacity_type(&o.capacity_type),
                         price_micros: o.price_micros,
-                        available: o.available,
                     })
                     .collect(),
             }
         })
         .collect();
+    SelectorCatalog {
+        fingerprint: catalog.fingerprint,
+        types,
+    }
+}
+
+/// The selector's input for a host ranking request: flat references into the catalog.
+pub fn rank_input(req: &RankRequest<'_>) -> selector::kakaocloud::karpenter::types::RankInput {
+    use selector_types::{resources, t};
+    let candidates = req.candidates.iter().map(|c| c.index as u32).collect();
+    let available_offerings = req.candidates.iter().map(|c| c.offered.0).collect();
     t::RankInput {
         node_pool: t::NodePool {
             name: req.node_pool.to_owned(),
@@ -104,6 +120,7 @@ pub fn rank_input(req: &RankRequest<'_>) -> selector::kakaocloud::karpenter::typ
         pod_count: req.requests.get(Dim::Pods) as u32,
         requirements: Vec::new(),
         candidates,
+        available_offerings,
     }
 }
 

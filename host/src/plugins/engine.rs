@@ -1,6 +1,7 @@
 //! The wasmtime engine plugins run on, compiling with an on-disk artifact cache, and one loaded
-//! plugin: its component pre-linked against its world, called with a fresh bounded store each
-//! time (a trap or timeout cannot leave state behind for the next call).
+//! plugin: its component pre-linked against its world, each call in a bounded store. Selector
+//! instances stay warm between calls with the catalog they were given; the other worlds get a
+//! fresh instance per call, and an instance that trapped or timed out is never called again.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -11,6 +12,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, Store};
 
 use super::bindings::{scorer, selector, userdata};
+use super::convert::SelectorCatalog;
 use super::limits::{Bounds, EPOCH_TICK, PluginState};
 use super::{Kind, PluginError};
 
@@ -237,7 +239,12 @@ pub struct Loaded {
     idle_selectors: std::sync::Mutex<Vec<WarmSelector>>,
 }
 
-type WarmSelector = (Store<PluginState>, selector::InstanceSelector);
+/// A selector instance and the fingerprint of the catalog it holds.
+struct WarmSelector {
+    store: Store<PluginState>,
+    instance: selector::InstanceSelector,
+    catalog: Option<u64>,
+}
 
 /// Idle instances kept per plugin (each holds a pooling-allocator slot).
 const MAX_IDLE: usize = 4;
@@ -295,35 +302,49 @@ impl Loaded {
         }
     }
 
-    /// `rank` of an instance-selector plugin: raw indices, validated by the caller.
+    /// `rank` of an instance-selector plugin: raw indices, validated by the caller. The
+    /// instance gets `catalog` first unless it already holds it.
     pub fn rank(
         &self,
+        catalog: &SelectorCatalog,
         input: &selector::kakaocloud::karpenter::types::RankInput,
     ) -> Result<Vec<u32>, PluginError> {
         let Pre::Selector(pre) = &self.pre else {
             return Err(self.not(Kind::Selector));
         };
         let started = Instant::now();
-        let warm = self
+        let idle = self
             .idle_selectors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop();
-        let (mut store, instance) = match warm {
-            Some((mut store, instance)) => {
-                self.arm(&mut store);
-                (store, instance)
+        let mut warm = match idle {
+            Some(mut warm) => {
+                self.arm(&mut warm.store);
+                warm
             }
             None => {
                 let mut store = self.store();
                 let instance = pre
                     .instantiate(&mut store)
                     .map_err(|e| self.trap(e, started))?;
-                (store, instance)
+                WarmSelector {
+                    store,
+                    instance,
+                    catalog: None,
+                }
             }
         };
-        let out = instance
-            .call_rank(&mut store, input)
+        if warm.catalog != Some(catalog.fingerprint) {
+            warm.instance
+                .call_load_catalog(&mut warm.store, &catalog.types)
+                .map_err(|e| self.trap(e, started))?
+                .map_err(|m| self.refused(format!("load-catalog: {m}")))?;
+            warm.catalog = Some(catalog.fingerprint);
+        }
+        let out = warm
+            .instance
+            .call_rank(&mut warm.store, input)
             .map_err(|e| self.trap(e, started))?;
         {
             let mut idle = self
@@ -331,7 +352,7 @@ impl Loaded {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             if idle.len() < MAX_IDLE {
-                idle.push((store, instance));
+                idle.push(warm);
             }
         }
         let order = out.map_err(|m| self.refused(m))?;

@@ -4,9 +4,10 @@
 
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
+use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
 use crate::disruption::Reason;
@@ -18,7 +19,7 @@ use crate::metrics::{Metrics, PluginLabels, PluginRejection};
 use crate::provisioning::Resources;
 use crate::provisioning::instance_types::{InstanceType, Offering};
 use crate::provisioning::ranker::{
-    self, Candidate, CheapestFitRanker, InstanceRanker, RankError, RankRequest,
+    self, Candidate, Catalog, CheapestFitRanker, InstanceRanker, RankError, RankRequest,
 };
 
 /// Largest component accepted, after decompression.
@@ -74,6 +75,9 @@ pub struct Registry {
     metrics: Option<Arc<Metrics>>,
     /// Components compiled (not loaded from the artifact cache), for tests and logs.
     compiled: AtomicUsize,
+    /// The last catalog converted for selectors: solves reuse one catalog for many calls, and
+    /// rounds rebuild equal ones, so it is converted once per fingerprint.
+    selector_catalog: Mutex<Option<Arc<SelectorCatalog>>>,
 }
 
 fn slot(kind: Kind) -> usize {
@@ -91,7 +95,24 @@ impl Registry {
             slots: Default::default(),
             metrics,
             compiled: AtomicUsize::new(0),
+            selector_catalog: Mutex::new(None),
         })
+    }
+
+    /// `catalog` as selectors take it, converted once per fingerprint.
+    pub fn selector_catalog(&self, catalog: &Catalog<'_>) -> Arc<SelectorCatalog> {
+        let mut cached = self
+            .selector_catalog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match cached.as_ref() {
+            Some(c) if c.fingerprint == catalog.fingerprint => c.clone(),
+            _ => {
+                let converted = Arc::new(convert::catalog(catalog));
+                *cached = Some(converted.clone());
+                converted
+            }
+        }
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -209,20 +230,17 @@ fn self_test(loaded: &Loaded) -> Result<(), PluginError> {
     match loaded.kind {
         Kind::Selector => {
             let types = fixture_types();
-            let candidates: Vec<Candidate<'_>> = types
-                .iter()
-                .map(|t| Candidate {
-                    instance_type: t,
-                    allocatable: t.allocatable(),
-                    offerings: t.offerings.iter().collect(),
-                })
+            let catalog = Catalog::new(&types);
+            let candidates: Vec<Candidate<'_>> = (0..types.len())
+                .map(|i| Candidate::available(&catalog, i))
                 .collect();
             let req = RankRequest {
                 node_pool: "self-test",
                 requests: Resources::new(500, 1 << 30, 1),
+                catalog,
                 candidates: &candidates,
             };
-            let order = loaded.rank(&convert::rank_input(&req))?;
+            let order = loaded.rank(&convert::catalog(&catalog), &convert::rank_input(&req))?;
             let order: Vec<usize> = order.into_iter().map(|i| i as usize).collect();
             ranker::validate(&loaded.name, &order, candidates.len())
                 .map_err(|e| invalid(e.to_string()))?;
@@ -318,8 +336,9 @@ impl InstanceRanker for PluginRanker {
             return CheapestFitRanker.rank(request);
         };
         let started = Instant::now();
+        let catalog = self.registry.selector_catalog(&request.catalog);
         let result = plugin
-            .rank(&convert::rank_input(request))
+            .rank(&catalog, &convert::rank_input(request))
             .map_err(|e| RankError::Failed {
                 ranker: plugin.name.clone(),
                 message: e.to_string(),

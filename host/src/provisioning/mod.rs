@@ -36,6 +36,8 @@ pub use model::{
     ExistingNode, ExistingPlacement, NodeClaimDraft, NodePoolInput, PoolRequirement,
     SchedulingProblem, SchedulingResult, Unschedulable,
 };
-pub use ranker::{Candidate, CheapestFitRanker, InstanceRanker, RankError, RankRequest};
+pub use ranker::{
+    Candidate, Catalog, CheapestFitRanker, InstanceRanker, OfferingSet, RankError, RankRequest,
+};
 pub use resources::Resources;
 pub use scheduler::{Scheduler, SchedulerOptions};

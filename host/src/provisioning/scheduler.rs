@@ -11,13 +11,12 @@ use std::rc::Rc;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, warn};
 
-use super::instance_types::InstanceType;
 use super::model::{
     ExistingPlacement, NodeClaimDraft, PoolRequirement, SchedulingProblem, SchedulingResult,
     Unschedulable,
 };
 use super::pod_class::{self, CompileOptions, PodClass};
-use super::ranker::{self, Candidate, InstanceRanker, RankRequest};
+use super::ranker::{self, Candidate, Catalog, InstanceRanker, OfferingSet, RankRequest};
 use super::requirements::{
     self, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, Requirement,
     Requirements, WELL_KNOWN_LABELS,
@@ -142,6 +141,8 @@ type RankKey = (usize, usize, usize, u64);
 struct Solver<'a> {
     problem: &'a SchedulingProblem<'a>,
     ranker: &'a dyn InstanceRanker,
+    /// The problem's instance types with their fingerprint, made on the first ranking.
+    catalog: std::cell::OnceCell<Catalog<'a>>,
     options: SchedulerOptions,
     syms: Symbols,
     /// Keys a new node has even when no requirement names them (sorted).
@@ -253,6 +254,7 @@ impl<'a> Solver<'a> {
         let mut solver = Solver {
             problem,
             ranker,
+            catalog: std::cell::OnceCell::new(),
             options,
             syms,
             well_known,
@@ -757,28 +759,32 @@ impl<'a> Solver<'a> {
         if ids.is_empty() {
             return Err(Fail::NoInstanceType);
         }
-        let catalog: &[InstanceType] = self.problem.instance_types;
+        let catalog = *self
+            .catalog
+            .get_or_init(|| Catalog::new(self.problem.instance_types));
         let ct = reqs.get(self.ct_key);
         let candidates: Vec<Candidate<'_>> = ids
             .iter()
             .map(|&i| {
-                let it = &catalog[usize::from(i)];
-                let ctype = &self.types[usize::from(i)];
-                let offerings = it
+                let index = usize::from(i);
+                let it = &catalog.types[index];
+                let ctype = &self.types[index];
+                // The scheduler's offerings are the catalog type's, in the same order.
+                let offered = ctype
                     .offerings
                     .iter()
-                    .zip(&ctype.offerings)
+                    .take(64)
+                    .enumerate()
                     .filter(|(_, c)| {
                         c.available
                             && zones & bit(c.zone) != 0
                             && ct.is_none_or(|r| r.has(&self.syms, c.capacity_type))
                     })
-                    .map(|(o, _)| o)
-                    .collect();
+                    .fold(0u64, |bits, (i, _)| bits | 1 << i);
                 Candidate {
+                    index,
                     instance_type: it,
-                    allocatable: ctype.alloc,
-                    offerings,
+                    offered: OfferingSet(offered),
                 }
             })
             .collect();
@@ -786,6 +792,7 @@ impl<'a> Solver<'a> {
         let request = RankRequest {
             node_pool: pool_name,
             requests: shape.add(&tpl.daemon_overhead),
+            catalog,
             candidates: &candidates,
         };
         self.ranker_calls += 1;

@@ -43,7 +43,7 @@ pub struct CheapestFit;
 impl InstanceSelector for CheapestFit {
     type Config = Config;
 
-    fn rank(input: &RankInput, config: &Config) -> Result<Vec<u32>, String> {
+    fn rank(input: &RankRequest, config: &Config) -> Result<Vec<u32>, String> {
         let kept = input.candidates.iter().enumerate().filter_map(|(i, t)| {
             let price = t.cheapest_available()?.price_micros;
             (input.requests.fits_in(&t.allocatable) && config.admits(t, price))
@@ -85,11 +85,13 @@ karpenter_kakaocloud_sdk::export_instance_selector!(CheapestFit, wit = "../../wi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
+    use karpenter_kakaocloud_sdk::testing::{
+        self, CandidateSpec, InstanceTypeBuilder, RankInputBuilder,
+    };
 
     const GI: u64 = 1 << 30;
 
-    fn catalog() -> Vec<InstanceType> {
+    fn catalog() -> Vec<CandidateSpec> {
         vec![
             InstanceTypeBuilder::new("m2a.xlarge", 4000, 16 * GI)
                 .offering("a", 200_000, true)

@@ -25,7 +25,7 @@ pub struct Hostile;
 impl InstanceSelector for Hostile {
     type Config = Config;
 
-    fn rank(input: &RankInput, config: &Config) -> Result<Vec<u32>, String> {
+    fn rank(input: &RankRequest, config: &Config) -> Result<Vec<u32>, String> {
         let n = input.candidates.len() as u32;
         match config.mode.as_str() {
             "" | "identity" => Ok((0..n).collect()),
