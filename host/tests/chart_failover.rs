@@ -109,6 +109,17 @@ async fn standby_takes_over_when_the_leader_is_killed_mid_launch() {
         claimed_ids, ids,
         "instances and NodeClaims match one to one"
     );
-    assert!(b.log_text().contains("controllers started (leader)"));
+    // The line may still be in the pipe when the demo already runs: poll for it.
+    kk_demo::wait_for(
+        "the standby's leader log line",
+        Duration::from_secs(10),
+        || async {
+            Ok(b.log_text()
+                .contains("controllers started (leader)")
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_text()));
     b.terminate(Duration::from_secs(10));
 }
