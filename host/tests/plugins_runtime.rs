@@ -31,6 +31,14 @@ fn registry() -> Arc<Registry> {
     Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None)
 }
 
+/// A registry serving the built component `crate_name` as plugin `name` with `config`.
+fn loaded(name: &str, crate_name: &str, kind: Kind, config: &str) -> Arc<Registry> {
+    let reg = registry();
+    reg.apply(&source(name, crate_name, kind, config))
+        .unwrap_or_else(|e| panic!("{name} loads: {e}"));
+    reg
+}
+
 fn catalog() -> Vec<InstanceType> {
     [
         ("m2a.large", 2u64, 8u64, 0u64, 96_000u64),
@@ -101,14 +109,12 @@ fn small() -> Resources {
 
 #[test]
 fn default_selector_ranks_the_cheapest_fitting_offering_first_and_honours_its_config() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "instance-selector",
         "instance-selector",
         Kind::Selector,
         "{}",
-    ))
-    .expect("default plugin loads");
+    );
     let ranker = PluginRanker {
         registry: reg.clone(),
     };
@@ -141,14 +147,12 @@ fn default_selector_ranks_the_cheapest_fitting_offering_first_and_honours_its_co
 
 #[test]
 fn warm_instances_follow_catalog_changes_and_each_calls_availability() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "instance-selector",
         "instance-selector",
         Kind::Selector,
         "{}",
-    ))
-    .unwrap();
+    );
     let ranker = PluginRanker { registry: reg };
     let mut types = catalog();
     // Candidates are a subset of the catalog: answers name candidates, not catalog positions.
@@ -172,14 +176,12 @@ fn warm_instances_follow_catalog_changes_and_each_calls_availability() {
 
 #[test]
 fn the_gpu_example_keeps_gpu_flavors_for_gpu_pods() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "gpu-aware",
         "gpu-aware-selector",
         Kind::Selector,
         r#"{"preferFamilies": ["r2a"]}"#,
-    ))
-    .unwrap();
+    );
     let ranker = PluginRanker { registry: reg };
     let types = catalog();
     let cpu = rank_names(&ranker, &types, small()).unwrap();
@@ -196,14 +198,12 @@ fn the_gpu_example_keeps_gpu_flavors_for_gpu_pods() {
 
 #[test]
 fn hostile_plugins_are_rejected_and_the_previous_one_keeps_answering() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "selector",
         "hostile-selector",
         Kind::Selector,
         r#"{"mode": "reverse"}"#,
-    ))
-    .unwrap();
+    );
     let ranker = PluginRanker {
         registry: reg.clone(),
     };
@@ -297,14 +297,12 @@ fn wrong_world_digest_mismatch_and_garbage_are_refused_and_gzip_is_accepted() {
 
 #[test]
 fn a_swap_under_concurrent_calls_gives_only_old_or_new_answers() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "selector",
         "hostile-selector",
         Kind::Selector,
         r#"{"mode": "identity"}"#,
-    ))
-    .unwrap();
+    );
     let types = Arc::new(catalog());
     let identity: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
     let reverse: Vec<String> = identity.iter().rev().cloned().collect();
@@ -389,14 +387,7 @@ fn join_input(cni: &str) -> UserdataInput {
 
 #[test]
 fn the_userdata_plugin_joins_with_kubeadm_and_adds_the_cilium_taint_only_for_cilium() {
-    let reg = registry();
-    reg.apply(&source(
-        "kubeadm-userdata",
-        "kubeadm-userdata",
-        Kind::Userdata,
-        "{}",
-    ))
-    .unwrap();
+    let reg = loaded("kubeadm-userdata", "kubeadm-userdata", Kind::Userdata, "{}");
     let renderer = PluginRenderer { registry: reg };
     let cilium = renderer.render(&join_input("cilium")).unwrap();
     assert!(
@@ -430,14 +421,12 @@ fn the_userdata_plugin_joins_with_kubeadm_and_adds_the_cilium_taint_only_for_cil
 
 #[test]
 fn the_scorer_plugin_returns_one_finite_score_per_candidate() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "consolidation-scorer",
         "consolidation-scorer",
         Kind::Scorer,
         "{}",
-    ))
-    .unwrap();
+    );
     let scorer = PluginScorer { registry: reg };
     let candidate = |name: &str, fit: bool, cost: f64| ScoreCandidate {
         node_name: name.into(),
@@ -515,14 +504,12 @@ fn compiled_components_are_cached_so_a_restart_does_not_recompile() {
 
 #[test]
 fn an_instance_that_trapped_is_never_reused() {
-    let reg = registry();
-    reg.apply(&source(
+    let reg = loaded(
         "selector",
         "hostile-selector",
         Kind::Selector,
         r#"{"mode": "trap-on-one"}"#,
-    ))
-    .expect("passes its self-test");
+    );
     let ranker = PluginRanker {
         registry: reg.clone(),
     };
