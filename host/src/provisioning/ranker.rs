@@ -41,13 +41,17 @@ pub struct OfferingSet(pub u64);
 
 impl OfferingSet {
     /// The offerings of `t` for which `keep` holds.
-    pub fn of(t: &InstanceType, mut keep: impl FnMut(&Offering) -> bool) -> Self {
-        let bits = t
-            .offerings
-            .iter()
+    pub fn of(t: &InstanceType, keep: impl FnMut(&Offering) -> bool) -> Self {
+        Self::from_flags(t.offerings.iter().map(keep))
+    }
+
+    /// The positions whose flag is set, from one flag per offering in order.
+    pub fn from_flags(flags: impl IntoIterator<Item = bool>) -> Self {
+        let bits = flags
+            .into_iter()
             .take(64)
             .enumerate()
-            .filter(|(_, o)| keep(o))
+            .filter(|&(_, set)| set)
             .fold(0u64, |bits, (i, _)| bits | 1 << i);
         OfferingSet(bits)
     }
@@ -179,7 +183,8 @@ impl InstanceRanker for CheapestFitRanker {
                 !c.offered.is_empty() && request.requests.fits_in(&c.allocatable())
             })
             .collect();
-        order.sort_by_key(|&i| {
+        // Each key once per candidate (allocatable is computed from the type).
+        order.sort_by_cached_key(|&i| {
             let c = &request.candidates[i];
             (
                 c.cheapest_price(),

@@ -770,21 +770,15 @@ impl<'a> Solver<'a> {
                 let it = &catalog.types[index];
                 let ctype = &self.types[index];
                 // The scheduler's offerings are the catalog type's, in the same order.
-                let offered = ctype
-                    .offerings
-                    .iter()
-                    .take(64)
-                    .enumerate()
-                    .filter(|(_, c)| {
-                        c.available
-                            && zones & bit(c.zone) != 0
-                            && ct.is_none_or(|r| r.has(&self.syms, c.capacity_type))
-                    })
-                    .fold(0u64, |bits, (i, _)| bits | 1 << i);
+                let offered = OfferingSet::from_flags(ctype.offerings.iter().map(|c| {
+                    c.available
+                        && zones & bit(c.zone) != 0
+                        && ct.is_none_or(|r| r.has(&self.syms, c.capacity_type))
+                }));
                 Candidate {
                     index,
                     instance_type: it,
-                    offered: OfferingSet(offered),
+                    offered,
                 }
             })
             .collect();
