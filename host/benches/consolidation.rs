@@ -14,13 +14,13 @@
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use karpenter_kakaocloud::crd::nodepool::Budget;
-use karpenter_kakaocloud::disruption::{
+use kk_apis::crd::nodepool::Budget;
+use kk_engine::disruption::{
     ClusterSnapshot, ConsolidationScorer, NodeState, PodState, PoolState, SavingsPerDisruption,
     plan,
 };
-use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginScorer, Registry, Runtime, Source};
-use karpenter_kakaocloud::provisioning::{InstanceType, Offering, Resources};
+use kk_engine::scheduling::{InstanceType, Offering, Resources};
+use kk_plugin_runtime::{Bounds, Kind, PluginScorer, Registry, Runtime, Source};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const GI: u64 = 1 << 30;
@@ -70,7 +70,7 @@ fn cluster(nodes: usize, now: Timestamp) -> ClusterSnapshot {
         let it = &types[rng.random_range(0..types.len())];
         let cpu = it
             .capacity
-            .get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis);
+            .get(kk_engine::scheduling::resources::Dim::CpuMillis);
         let age_h = rng.random_range(0..48);
         let created = Timestamp::from_second(now.as_second() - age_h * 3600 - 600).unwrap();
         let price = it.offerings[0].price_micros;

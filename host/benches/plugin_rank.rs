@@ -20,15 +20,13 @@
 
 use std::time::{Duration, Instant};
 
-use karpenter_kakaocloud::plugins::convert;
-use karpenter_kakaocloud::plugins::{
-    Allocator, Bounds, Kind, PluginRanker, Registry, Runtime, Source,
-};
-use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
-use karpenter_kakaocloud::provisioning::{
+use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
+use kk_engine::scheduling::instance_types::{InstanceType, Offering};
+use kk_engine::scheduling::{
     Candidate, Catalog, CheapestFitRanker, InstanceRanker, RankRequest, Resources,
 };
-use karpenter_kakaocloud_sdk::testing::{self, InstanceTypeBuilder, RankInputBuilder};
+use kk_plugin_runtime::convert;
+use kk_plugin_runtime::{Allocator, Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 
 const GI: u64 = 1 << 30;
 const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];

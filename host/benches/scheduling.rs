@@ -8,14 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
-use karpenter_kakaocloud::provisioning::fixtures::{
-    LabelScheme, diverse_pods, fake_instance_types,
-};
-use karpenter_kakaocloud::provisioning::{
+use kk_engine::scheduling::fixtures::{LabelScheme, diverse_pods, fake_instance_types};
+use kk_engine::scheduling::{
     CheapestFitRanker, InstanceRanker, NodePoolInput, Scheduler, SchedulerOptions,
     SchedulingProblem,
 };
+use kk_plugin_runtime::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 
 const SIZES: [usize; 9] = [1, 50, 100, 500, 1000, 2000, 5000, 10000, 20000];
 

@@ -9,6 +9,7 @@
 //! * **NodeClaims whose instance vanished** (after registration; the lifecycle controller handles
 //!   the earlier ones) are deleted.
 
+use kk_apis::names::{finalizer, label};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,14 +19,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::crd::NodeClaim;
-use crate::kakaocloud::{self, InstanceFilter, api::InstanceStatus};
-use crate::lifecycle::parse_provider_id;
 use crate::metrics::{ActionLabel, Metrics};
-use crate::ownership::KeyringHandle;
-use crate::provisioning::requirements::LABEL_NODEPOOL;
-use crate::provisioning::state::ClusterState;
-use crate::provisioning::translate::FINALIZER;
+use crate::state::ClusterState;
+use kakaocloud::ownership::KeyringHandle;
+use kakaocloud::{self, InstanceFilter, api::InstanceStatus};
+use kk_apis::crd::NodeClaim;
+use kk_apis::provider_id::parse_provider_id;
 
 pub struct Collector {
     pub client: kube::Client,
@@ -159,7 +158,7 @@ impl Collector {
     async fn collect_nodes(&self, live: &[&str]) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         for node in self.state.nodes.state() {
-            if !node.labels().contains_key(LABEL_NODEPOOL) {
+            if !node.labels().contains_key(label::NODEPOOL) {
                 continue;
             }
             let Some((_, id)) = node
@@ -178,7 +177,7 @@ impl Collector {
             let kept: Vec<&String> = node
                 .finalizers()
                 .iter()
-                .filter(|f| *f != FINALIZER)
+                .filter(|f| *f != finalizer::TERMINATION)
                 .collect();
             let _ = nodes
                 .patch(

@@ -317,7 +317,7 @@ mod tests {
     /// take-over after expiry (transitions counted), the deposed leader notices, release.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn acquire_renew_take_over_release() {
-        karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+        kakaocloud::install_crypto_provider();
         let cp = controlplane::shared().await;
         let ns = cp.fresh_namespace("lease").await.unwrap();
         let client = cp.client().await;
@@ -366,7 +366,7 @@ mod tests {
     /// Two candidates racing for a fresh lease: exactly one wins each round.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn racing_candidates_never_both_lead() {
-        karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+        kakaocloud::install_crypto_provider();
         let cp = controlplane::shared().await;
         let ns = cp.fresh_namespace("lease-race").await.unwrap();
         let client = cp.client().await;
@@ -383,7 +383,7 @@ mod tests {
     /// The leader whose lease is taken over returns from hold() within the renew deadline.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deposed_leader_notices() {
-        karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+        kakaocloud::install_crypto_provider();
         let cp = controlplane::shared().await;
         let ns = cp.fresh_namespace("lease-depose").await.unwrap();
         let client = cp.client().await;
@@ -418,7 +418,7 @@ mod tests {
     /// Stopping a leading election releases the Lease.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn stop_releases() {
-        karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+        kakaocloud::install_crypto_provider();
         let cp = controlplane::shared().await;
         let ns = cp.fresh_namespace("lease-stop").await.unwrap();
         let client = cp.client().await;

@@ -11,11 +11,10 @@ mod startup;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use karpenter_kakaocloud::kakaocloud;
+use karpenter_kakaocloud::keyring;
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
-use karpenter_kakaocloud::ownership;
-use karpenter_kakaocloud::plugins::{self, PluginRanker, PluginRenderer, PluginScorer};
+use kk_plugin_runtime::{self as plugins, PluginRanker, PluginRenderer, PluginScorer};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -98,7 +97,7 @@ async fn start_plugins(
                 .context("starting the plugin engine")?
         }
     };
-    let registry = plugins::Registry::new(runtime, Some(metrics.clone()));
+    let registry = plugins::Registry::new(runtime, Some(metrics.plugins.clone()));
     let (synced, mut first_list) = tokio::sync::watch::channel(false);
     tokio::spawn(plugins::watcher::run(
         kube.clone(),
@@ -184,7 +183,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     let kube = kube::Client::try_default()
         .await
         .context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
-    let keyring = ownership::watch_keyring(
+    let keyring = keyring::watch_keyring(
         kube.clone(),
         &settings.system_namespace,
         &settings.keyring_secret,

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use kk_plugin_runtime::metrics::PluginMetrics;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -60,28 +62,6 @@ pub struct ActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabels {
-    pub world: String,
-    pub plugin: String,
-    /// `ok` or `error`.
-    pub result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginRejection {
-    pub world: String,
-    /// `digest`, `compile`, `world`, `trap`, `timeout`, `oversized`, ...
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginActive {
-    pub world: String,
-    pub plugin: String,
-    pub digest: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: String,
 }
@@ -111,12 +91,8 @@ pub struct Metrics {
     pub garbage_collected: Family<ActionLabel, Counter>,
     /// Hourly price of the managed nodes, micro-units (the consolidation tests read it).
     pub cluster_hourly_price_micros: Gauge,
-    pub plugin_calls: Family<PluginLabels, Counter>,
-    pub plugin_duration: Family<PluginLabels, Histogram, fn() -> Histogram>,
-    pub plugin_rejections: Family<PluginRejection, Counter>,
-    /// 1 for the plugin serving each world (absent: the native default serves).
-    pub plugin_active: Family<PluginActive, Gauge>,
-    active_plugins: std::sync::Mutex<std::collections::HashMap<String, PluginActive>>,
+    /// The plugin runtime's own families.
+    pub plugins: Arc<PluginMetrics>,
 }
 
 impl Metrics {
@@ -139,11 +115,7 @@ impl Metrics {
             ownership_refusals: Family::default(),
             garbage_collected: Family::default(),
             cluster_hourly_price_micros: Gauge::default(),
-            plugin_calls: Family::default(),
-            plugin_duration: Family::new_with_constructor(plugin_histogram),
-            plugin_rejections: Family::default(),
-            plugin_active: Family::default(),
-            active_plugins: Default::default(),
+            plugins: Arc::default(),
         };
         let r = registry.sub_registry_with_prefix("karpenter");
         r.register(
@@ -226,54 +198,8 @@ impl Metrics {
             "Hourly price of the managed nodes, micro-units",
             m.cluster_hourly_price_micros.clone(),
         );
-        r.register(
-            "kakaocloud_plugin_calls",
-            "Plugin calls, by world, plugin and result",
-            m.plugin_calls.clone(),
-        );
-        r.register(
-            "kakaocloud_plugin_call_duration_seconds",
-            "Duration of plugin calls",
-            m.plugin_duration.clone(),
-        );
-        r.register(
-            "kakaocloud_plugin_rejections",
-            "Plugins refused at load, by world and reason",
-            m.plugin_rejections.clone(),
-        );
-        r.register(
-            "kakaocloud_plugin_active",
-            "The plugin serving each world, with its digest",
-            m.plugin_active.clone(),
-        );
+        m.plugins.register(r);
         Arc::new(m)
-    }
-
-    /// Records `plugin` (of `digest`) as the one serving `world`.
-    pub fn set_active_plugin(&self, world: &str, plugin: &str, digest: &str) {
-        self.clear_active_plugin(world);
-        let labels = PluginActive {
-            world: world.into(),
-            plugin: plugin.into(),
-            digest: digest.into(),
-        };
-        self.plugin_active.get_or_create(&labels).set(1);
-        self.active_plugins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(world.into(), labels);
-    }
-
-    /// No plugin serves `world` any more.
-    pub fn clear_active_plugin(&self, world: &str) {
-        if let Some(old) = self
-            .active_plugins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(world)
-        {
-            self.plugin_active.remove(&old);
-        }
     }
 
     /// A registry holding only these metrics (tests, or a binary without other metrics).
@@ -304,11 +230,6 @@ impl Metrics {
                 .inc();
         }
     }
-}
-
-fn plugin_histogram() -> Histogram {
-    // 10 µs to about 0.3 s.
-    Histogram::new(exponential_buckets(0.00001, 2.0, 16))
 }
 
 /// The registry rendered in the Prometheus text format.

@@ -10,6 +10,7 @@
 //! * A finalizer keeps a class while NodeClaims reference it, so nodes being
 //!   launched or drained never lose their configuration.
 
+use kk_apis::names::condition;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,20 +26,12 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::crd::conditions::{DesiredCondition, set_condition};
-use crate::crd::kcnodeclass::{
+use kakaocloud::{self, api};
+use kk_apis::crd::conditions::{DesiredCondition, set_condition};
+use kk_apis::crd::kcnodeclass::{
     self, ResolvedImage, ResolvedKeyPair, ResolvedSecurityGroup, ResolvedSubnet, SelectorTerm,
 };
-use crate::crd::{KCNodeClass, KCNodeClassSpec, KCNodeClassStatus, NODECLASS_FINALIZER, NodeClaim};
-use crate::kakaocloud::{self, api};
-
-/// Condition types, in the order they are reported.
-pub const KUBERNETES_VERSION_READY: &str = "KubernetesVersionReady";
-pub const IMAGES_READY: &str = "ImagesReady";
-pub const SUBNETS_READY: &str = "SubnetsReady";
-pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
-pub const KEY_PAIR_READY: &str = "KeyPairReady";
-pub const READY: &str = "Ready";
+use kk_apis::crd::{KCNodeClass, KCNodeClassSpec, KCNodeClassStatus, NodeClaim};
 
 /// Name the controller reports events as.
 pub const CONTROLLER_NAME: &str = "karpenter-kakaocloud-nodeclass";
@@ -175,7 +168,7 @@ fn check_version(
     let Some(cluster) = &observed.cluster else {
         return (
             DesiredCondition::falsy(
-                KUBERNETES_VERSION_READY,
+                condition::KUBERNETES_VERSION_READY,
                 "ClusterNotFound",
                 format!(
                     "Kubernetes Engine has no cluster named {:?}: check the chart's clusterName",
@@ -190,7 +183,7 @@ fn check_version(
     if parse_minor(wanted).is_none() {
         return (
             DesiredCondition::falsy(
-                KUBERNETES_VERSION_READY,
+                condition::KUBERNETES_VERSION_READY,
                 "InvalidVersion",
                 format!(
                     "spec.bootstrap.kubernetesVersion {wanted:?} is not MAJOR.MINOR; supported versions: {}",
@@ -203,7 +196,7 @@ fn check_version(
     if !allowed.iter().any(|a| a == wanted) {
         return (
             DesiredCondition::falsy(
-                KUBERNETES_VERSION_READY,
+                condition::KUBERNETES_VERSION_READY,
                 "UnsupportedVersion",
                 format!(
                     "spec.bootstrap.kubernetesVersion {wanted} is not supported: the control plane runs {control_plane}, \
@@ -216,7 +209,7 @@ fn check_version(
     }
     (
         DesiredCondition::truthy(
-            KUBERNETES_VERSION_READY,
+            condition::KUBERNETES_VERSION_READY,
             "Supported",
             format!("Kubernetes {wanted} is supported with control plane {control_plane}"),
         ),
@@ -272,7 +265,7 @@ fn check_image(
     let Some(version) = version else {
         return (
             DesiredCondition::falsy(
-                IMAGES_READY,
+                condition::IMAGES_READY,
                 "KubernetesVersionNotReady",
                 format!(
                     "no worker image is chosen until kubernetesVersion {wanted:?} is supported"
@@ -284,7 +277,7 @@ fn check_image(
     match pick_image(version, images) {
         Some(image) => (
             DesiredCondition::truthy(
-                IMAGES_READY,
+                condition::IMAGES_READY,
                 "Resolved",
                 format!(
                     "worker image {} ({}) for Kubernetes {version}",
@@ -299,7 +292,7 @@ fn check_image(
         ),
         None => (
             DesiredCondition::falsy(
-                IMAGES_READY,
+                condition::IMAGES_READY,
                 "ImageNotFound",
                 format!(
                     "Kubernetes Engine offers no x86-64 VM worker image for Kubernetes {version} \
@@ -360,7 +353,7 @@ fn check_subnets(
     if !unsupported.is_empty() {
         return (
             DesiredCondition::falsy(
-                SUBNETS_READY,
+                condition::SUBNETS_READY,
                 "UnsupportedSelector",
                 format!(
                     "subnetSelectorTerms select by tags ({}), but KakaoCloud subnets have no tags: select by id or name",
@@ -373,7 +366,7 @@ fn check_subnets(
     if !unmatched.is_empty() {
         return (
             DesiredCondition::falsy(
-                SUBNETS_READY,
+                condition::SUBNETS_READY,
                 "SubnetNotFound",
                 format!(
                     "no subnet matches subnetSelectorTerms {} ({} subnets visible to the project)",
@@ -397,7 +390,7 @@ fn check_subnets(
         if !foreign.is_empty() {
             return (
                 DesiredCondition::falsy(
-                    SUBNETS_READY,
+                    condition::SUBNETS_READY,
                     "SubnetNotInClusterVPC",
                     format!(
                         "subnets {} are not in the cluster's VPC {}: nodes there cannot reach the control plane",
@@ -420,7 +413,7 @@ fn check_subnets(
     let zones: BTreeSet<&str> = resolved.iter().filter_map(|s| s.zone.as_deref()).collect();
     (
         DesiredCondition::truthy(
-            SUBNETS_READY,
+            condition::SUBNETS_READY,
             "Resolved",
             format!(
                 "{} subnet(s) in zone(s) {}",
@@ -472,7 +465,7 @@ fn check_security_groups(
     if !unmatched.is_empty() {
         return (
             DesiredCondition::falsy(
-                SECURITY_GROUPS_READY,
+                condition::SECURITY_GROUPS_READY,
                 "SecurityGroupNotFound",
                 format!(
                     "no security group matches securityGroupSelectorTerms {} ({} groups visible to the project)",
@@ -493,7 +486,7 @@ fn check_security_groups(
     let ids: Vec<&str> = resolved.iter().map(|g| g.id.as_str()).collect();
     (
         DesiredCondition::truthy(
-            SECURITY_GROUPS_READY,
+            condition::SECURITY_GROUPS_READY,
             "Resolved",
             format!("{} security group(s): {}", resolved.len(), ids.join(", ")),
         ),
@@ -508,7 +501,7 @@ fn check_key_pair(
     let Some(name) = key_name else {
         return (
             DesiredCondition::truthy(
-                KEY_PAIR_READY,
+                condition::KEY_PAIR_READY,
                 "NotRequested",
                 "spec.keyName is unset: nodes get no SSH key",
             ),
@@ -518,7 +511,7 @@ fn check_key_pair(
     match key_pairs.iter().find(|k| k.name.as_deref() == Some(name)) {
         Some(k) => (
             DesiredCondition::truthy(
-                KEY_PAIR_READY,
+                condition::KEY_PAIR_READY,
                 "Resolved",
                 format!("key pair {name} exists"),
             ),
@@ -529,7 +522,7 @@ fn check_key_pair(
         ),
         None => (
             DesiredCondition::falsy(
-                KEY_PAIR_READY,
+                condition::KEY_PAIR_READY,
                 "KeyPairNotFound",
                 format!(
                     "spec.keyName {name:?} is not a key pair of the project: create it in Virtual Machine > Key Pairs or unset keyName"
@@ -561,9 +554,9 @@ pub fn resolve(spec: &KCNodeClassSpec, observed: &Observed) -> Resolution {
         .map(|c| format!("{}: {}", c.type_, c.message))
         .collect();
     conditions.push(if not_ready.is_empty() {
-        DesiredCondition::truthy(READY, "Ready", "the class can launch nodes")
+        DesiredCondition::truthy(condition::READY, "Ready", "the class can launch nodes")
     } else {
-        DesiredCondition::falsy(READY, "NotReady", not_ready.join("; "))
+        DesiredCondition::falsy(condition::READY, "NotReady", not_ready.join("; "))
     });
     Resolution {
         conditions,
@@ -702,7 +695,7 @@ async fn apply(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> 
     let was_ready = class
         .status
         .as_ref()
-        .is_some_and(|s| crate::crd::conditions::is_true(&s.conditions, READY));
+        .is_some_and(|s| kk_apis::crd::conditions::is_true(&s.conditions, condition::READY));
     let status = next_status(
         class.status.as_ref(),
         &resolution,
@@ -717,7 +710,7 @@ async fn apply(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> 
             (EventType::Warning, "NotReady")
         };
         let message = resolution
-            .condition(READY)
+            .condition(condition::READY)
             .map(|c| c.message.clone())
             .unwrap_or_default();
         publish(ctx, &class, type_, reason, message).await;
@@ -744,7 +737,7 @@ async fn cleanup(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error
     let mut status = class.status.clone().unwrap_or_default();
     set_condition(
         &mut status.conditions,
-        &DesiredCondition::falsy(READY, "WaitingOnNodeClaims", message.clone()),
+        &DesiredCondition::falsy(condition::READY, "WaitingOnNodeClaims", message.clone()),
         class.meta().generation,
         &now(),
     );
@@ -775,12 +768,17 @@ async fn publish(ctx: &Context, class: &KCNodeClass, type_: EventType, reason: &
 
 async fn reconcile(class: Arc<KCNodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<KCNodeClass> = Api::all(ctx.kube.clone());
-    finalizer(&api, NODECLASS_FINALIZER, class, |event| async {
-        match event {
-            finalizer::Event::Apply(class) => apply(class, &ctx).await,
-            finalizer::Event::Cleanup(class) => cleanup(class, &ctx).await,
-        }
-    })
+    finalizer(
+        &api,
+        kk_apis::names::finalizer::NODECLASS,
+        class,
+        |event| async {
+            match event {
+                finalizer::Event::Apply(class) => apply(class, &ctx).await,
+                finalizer::Event::Cleanup(class) => cleanup(class, &ctx).await,
+            }
+        },
+    )
     .await
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
@@ -823,7 +821,7 @@ pub async fn run(ctx: Arc<Context>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::kcnodeclass::{Bootstrap, BootstrapMode, RootVolume};
+    use kk_apis::crd::kcnodeclass::{Bootstrap, BootstrapMode, RootVolume};
 
     fn version(minor: &str) -> api::KubernetesVersion {
         api::KubernetesVersion {
@@ -933,7 +931,7 @@ mod tests {
         let r = resolve(&spec("1.35"), &observed());
         assert!(r.is_ready(), "{:#?}", r.conditions);
         assert_eq!(r.conditions.len(), 6);
-        assert_eq!(r.conditions.last().unwrap().type_, READY);
+        assert_eq!(r.conditions.last().unwrap().type_, condition::READY);
         assert_eq!(
             r.image.as_ref().unwrap().id,
             "img-new",
@@ -941,7 +939,10 @@ mod tests {
         );
         assert_eq!(r.subnets[0].zone.as_deref(), Some("kr-central-2-a"));
         assert_eq!(r.security_groups[0].id, "sg-w");
-        assert_eq!(reason(&r, KEY_PAIR_READY), ("NotRequested", true));
+        assert_eq!(
+            reason(&r, condition::KEY_PAIR_READY),
+            ("NotRequested", true)
+        );
         assert_eq!(r.kubernetes_version.as_deref(), Some("1.35"));
     }
 
@@ -950,32 +951,41 @@ mod tests {
         let mut o = observed();
         o.images = vec![image("img-134", "kubernetes-1.34.4")];
         let r = resolve(&spec("1.34"), &o);
-        assert_eq!(reason(&r, KUBERNETES_VERSION_READY), ("Supported", true));
+        assert_eq!(
+            reason(&r, condition::KUBERNETES_VERSION_READY),
+            ("Supported", true)
+        );
         assert_eq!(r.image.unwrap().id, "img-134");
 
         let r = resolve(&spec("1.33"), &o);
         assert_eq!(
-            reason(&r, KUBERNETES_VERSION_READY),
+            reason(&r, condition::KUBERNETES_VERSION_READY),
             ("UnsupportedVersion", false)
         );
-        let message = &r.condition(KUBERNETES_VERSION_READY).unwrap().message;
+        let message = &r
+            .condition(condition::KUBERNETES_VERSION_READY)
+            .unwrap()
+            .message;
         assert!(message.contains("1.35, 1.34"), "{message}");
         assert_eq!(
-            reason(&r, IMAGES_READY),
+            reason(&r, condition::IMAGES_READY),
             ("KubernetesVersionNotReady", false)
         );
-        assert_eq!(reason(&r, READY), ("NotReady", false));
+        assert_eq!(reason(&r, condition::READY), ("NotReady", false));
         assert!(
-            r.condition(READY)
+            r.condition(condition::READY)
                 .unwrap()
                 .message
                 .contains("UnsupportedVersion")
-                || r.condition(READY).unwrap().message.contains("1.33")
+                || r.condition(condition::READY)
+                    .unwrap()
+                    .message
+                    .contains("1.33")
         );
 
         let r = resolve(&spec("1.36"), &o);
         assert_eq!(
-            reason(&r, KUBERNETES_VERSION_READY),
+            reason(&r, condition::KUBERNETES_VERSION_READY),
             ("UnsupportedVersion", false)
         );
     }
@@ -984,7 +994,7 @@ mod tests {
     fn version_with_patch_is_invalid() {
         let r = resolve(&spec("1.35.2"), &observed());
         assert_eq!(
-            reason(&r, KUBERNETES_VERSION_READY),
+            reason(&r, condition::KUBERNETES_VERSION_READY),
             ("InvalidVersion", false)
         );
     }
@@ -995,11 +1005,11 @@ mod tests {
         o.cluster = None;
         let r = resolve(&spec("1.35"), &o);
         assert_eq!(
-            reason(&r, KUBERNETES_VERSION_READY),
+            reason(&r, condition::KUBERNETES_VERSION_READY),
             ("ClusterNotFound", false)
         );
         assert!(
-            r.condition(KUBERNETES_VERSION_READY)
+            r.condition(condition::KUBERNETES_VERSION_READY)
                 .unwrap()
                 .message
                 .contains("demo-cluster")
@@ -1011,7 +1021,10 @@ mod tests {
         let mut o = observed();
         o.images.retain(|i| i.is_gpu_type);
         let r = resolve(&spec("1.35"), &o);
-        assert_eq!(reason(&r, IMAGES_READY), ("ImageNotFound", false));
+        assert_eq!(
+            reason(&r, condition::IMAGES_READY),
+            ("ImageNotFound", false)
+        );
     }
 
     #[test]
@@ -1019,9 +1032,12 @@ mod tests {
         let mut s = spec("1.35");
         s.subnet_selector_terms = vec![term_id("sn-missing")];
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, SUBNETS_READY), ("SubnetNotFound", false));
+        assert_eq!(
+            reason(&r, condition::SUBNETS_READY),
+            ("SubnetNotFound", false)
+        );
         assert!(
-            r.condition(SUBNETS_READY)
+            r.condition(condition::SUBNETS_READY)
                 .unwrap()
                 .message
                 .contains("sn-missing")
@@ -1030,14 +1046,17 @@ mod tests {
 
         s.subnet_selector_terms = vec![term_id("sn-x")];
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, SUBNETS_READY), ("SubnetNotInClusterVPC", false));
+        assert_eq!(
+            reason(&r, condition::SUBNETS_READY),
+            ("SubnetNotInClusterVPC", false)
+        );
 
         s.subnet_selector_terms = vec![SelectorTerm {
             name: Some("main-a".into()),
             ..Default::default()
         }];
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, SUBNETS_READY), ("Resolved", true));
+        assert_eq!(reason(&r, condition::SUBNETS_READY), ("Resolved", true));
         assert_eq!(r.subnets[0].id, "sn-a");
 
         s.subnet_selector_terms = vec![SelectorTerm {
@@ -1045,7 +1064,10 @@ mod tests {
             ..Default::default()
         }];
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, SUBNETS_READY), ("UnsupportedSelector", false));
+        assert_eq!(
+            reason(&r, condition::SUBNETS_READY),
+            ("UnsupportedSelector", false)
+        );
     }
 
     #[test]
@@ -1054,11 +1076,11 @@ mod tests {
         s.security_group_selector_terms = vec![term_id("sg-w"), term_id("sg-gone")];
         let r = resolve(&s, &observed());
         assert_eq!(
-            reason(&r, SECURITY_GROUPS_READY),
+            reason(&r, condition::SECURITY_GROUPS_READY),
             ("SecurityGroupNotFound", false)
         );
         assert!(
-            r.condition(SECURITY_GROUPS_READY)
+            r.condition(condition::SECURITY_GROUPS_READY)
                 .unwrap()
                 .message
                 .contains("sg-gone")
@@ -1075,7 +1097,10 @@ mod tests {
             },
         ];
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, SECURITY_GROUPS_READY), ("Resolved", true));
+        assert_eq!(
+            reason(&r, condition::SECURITY_GROUPS_READY),
+            ("Resolved", true)
+        );
         let ids: Vec<&str> = r.security_groups.iter().map(|g| g.id.as_str()).collect();
         assert_eq!(ids, ["sg-w", "sg-x"]);
     }
@@ -1085,11 +1110,14 @@ mod tests {
         let mut s = spec("1.35");
         s.key_name = Some("ops".into());
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, KEY_PAIR_READY), ("Resolved", true));
+        assert_eq!(reason(&r, condition::KEY_PAIR_READY), ("Resolved", true));
         assert_eq!(r.key_pair.unwrap().fingerprint.as_deref(), Some("aa:bb"));
         s.key_name = Some("nobody".into());
         let r = resolve(&s, &observed());
-        assert_eq!(reason(&r, KEY_PAIR_READY), ("KeyPairNotFound", false));
+        assert_eq!(
+            reason(&r, condition::KEY_PAIR_READY),
+            ("KeyPairNotFound", false)
+        );
         assert!(!r.is_ready());
     }
 
@@ -1103,7 +1131,11 @@ mod tests {
         assert_eq!(first, second);
         let broken = resolve(&spec("1.30"), &observed());
         let third = next_status(Some(&second), &broken, Some(2), &t1);
-        let ready = third.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        let ready = third
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .unwrap();
         assert_eq!(ready.status, "False");
         assert_eq!(ready.last_transition_time, t1);
         assert!(third.image.is_none());

@@ -12,20 +12,20 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
-use crate::disruption::controller::{self as disruption, Disrupter};
-use crate::disruption::{ConsolidationScorer, SavingsPerDisruption};
+use crate::disruption::{self, Disrupter};
 use crate::gc::Collector;
-use crate::kakaocloud;
 use crate::lifecycle::bootstrap::ca_cert_hash;
-use crate::lifecycle::{JoinInfo, KubeadmRenderer, Lifecycle, UserdataRenderer};
+use crate::lifecycle::{JoinInfo, Lifecycle};
 use crate::metrics::Metrics;
 use crate::nodeclass;
-use crate::ownership::KeyringHandle;
+use crate::provisioning::Provisioner;
 use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
-use crate::provisioning::controller::Provisioner;
-use crate::provisioning::state::{Change, ClusterState};
-use crate::provisioning::{CheapestFitRanker, InstanceRanker};
+use crate::state::{Change, ClusterState};
 use crate::termination::Terminator;
+use kakaocloud::ownership::KeyringHandle;
+use kk_engine::disruption::{ConsolidationScorer, SavingsPerDisruption};
+use kk_engine::scheduling::{CheapestFitRanker, InstanceRanker};
+use kk_engine::userdata::{KubeadmRenderer, UserdataRenderer};
 
 /// Optional parts; defaults are the native ranker, renderer and scorer.
 pub struct Plugins {

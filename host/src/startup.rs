@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kakaocloud::{self, Service};
 use karpenter_kakaocloud::config::{ConfigError, Settings};
-use karpenter_kakaocloud::kakaocloud::{self, Service};
 
 use crate::leader::LeaderConfig;
 

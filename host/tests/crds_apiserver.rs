@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use karpenter_kakaocloud::crd;
+use kk_apis::crd;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};

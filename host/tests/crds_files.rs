@@ -6,7 +6,7 @@ use std::path::PathBuf;
 fn committed_crds_are_current() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds");
     let mut stale = Vec::new();
-    let files = karpenter_kakaocloud::crd::generated_files().expect("CRDs serialize");
+    let files = kk_apis::crd::generated_files().expect("CRDs serialize");
     assert_eq!(files.len(), 3, "KCNodeClass, NodePool, NodeClaim");
     for (name, yaml) in files {
         let path = dir.join(&name);
@@ -25,7 +25,7 @@ fn committed_crds_are_current() {
 
 #[test]
 fn crd_files_are_named_like_upstream() {
-    let names: Vec<String> = karpenter_kakaocloud::crd::generated_files()
+    let names: Vec<String> = kk_apis::crd::generated_files()
         .unwrap()
         .into_iter()
         .map(|(n, _)| n)

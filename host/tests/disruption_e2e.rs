@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use karpenter_kakaocloud::crd::NodeClaim;
-use karpenter_kakaocloud::kakaocloud::LaunchSpec;
+use kakaocloud::LaunchSpec;
+use kk_apis::crd::NodeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use support::{Env, Options, deployment, eventually, nodepool};
@@ -90,7 +90,7 @@ async fn install_guide_cleanup_removes_empty_nodes_and_their_instances() {
     env.wait_running(&ns, "karpenter-demo", 3).await;
     assert!(live_instances(&env) > 0);
     // The guide waits consolidateAfter (10m); the test shortens it.
-    let api: Api<karpenter_kakaocloud::crd::NodePool> = Api::all(env.kube.clone());
+    let api: Api<kk_apis::crd::NodePool> = Api::all(env.kube.clone());
     let patch = json!({"spec": {"disruption": {"consolidateAfter": "3s"}}});
     api.patch(
         "karpenter-default",
@@ -406,7 +406,7 @@ async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
         .unwrap();
 
     // One minor below the control plane resolves to another worker image.
-    let classes: Api<karpenter_kakaocloud::crd::KCNodeClass> = Api::all(env.kube.clone());
+    let classes: Api<kk_apis::crd::KCNodeClass> = Api::all(env.kube.clone());
     let patch = json!({"spec": {"bootstrap": {"kubernetesVersion": "1.34"}}});
     classes
         .patch(
@@ -447,7 +447,7 @@ async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
 async fn leaked_instances_are_collected_and_forged_tags_are_never_deleted() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
-    let class: karpenter_kakaocloud::crd::KCNodeClass = Api::all(env.kube.clone())
+    let class: kk_apis::crd::KCNodeClass = Api::all(env.kube.clone())
         .get("karpenter-default")
         .await
         .unwrap();

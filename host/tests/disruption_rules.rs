@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use karpenter_kakaocloud::crd::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
-use karpenter_kakaocloud::disruption::scorer::{ConsolidationScorer, ScoreCandidate, ScoreError};
-use karpenter_kakaocloud::disruption::{
+use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
+use kk_engine::disruption::scorer::{ConsolidationScorer, ScoreCandidate, ScoreError};
+use kk_engine::disruption::{
     ClusterSnapshot, DriftReason, Method, NodeState, PodState, PoolState, Reason,
     SavingsPerDisruption, plan, still_valid,
 };
-use karpenter_kakaocloud::provisioning::{InstanceType, Offering, Resources};
+use kk_engine::scheduling::{InstanceType, Offering, Resources};
 
 const GI: u64 = 1 << 30;
 
@@ -85,7 +85,7 @@ fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
     }
 }
 
-fn names(cmd: &karpenter_kakaocloud::disruption::Command, s: &ClusterSnapshot) -> Vec<String> {
+fn names(cmd: &kk_engine::disruption::Command, s: &ClusterSnapshot) -> Vec<String> {
     let mut v: Vec<String> = cmd.node_names(s).into_iter().map(str::to_owned).collect();
     v.sort();
     v
@@ -180,7 +180,7 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
         .map(|(_, n)| {
             4000 - n
                 .requested()
-                .get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)
+                .get(kk_engine::scheduling::resources::Dim::CpuMillis)
         })
         .sum();
     let moved: u64 = cmd
@@ -189,7 +189,7 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
         .map(|&i| {
             s.nodes[i]
                 .requested()
-                .get(karpenter_kakaocloud::provisioning::resources::Dim::CpuMillis)
+                .get(kk_engine::scheduling::resources::Dim::CpuMillis)
         })
         .sum();
     let extra = cmd
@@ -340,8 +340,7 @@ fn the_scorer_orders_candidates_and_a_bad_scorer_falls_back() {
         node("dear", "m2a.xlarge", 4000, 200_000, &[1000]),
         node("dest", "m2a.xlarge", 4000, 200_000, &[2900]),
     ]);
-    let first =
-        |p: &karpenter_kakaocloud::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
+    let first = |p: &kk_engine::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
     let native = plan(&s, &SavingsPerDisruption);
     assert_eq!(first(&native), "dear", "saves more per unit of disruption");
     let custom = plan(&s, &Reverse);

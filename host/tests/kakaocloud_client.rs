@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use kakaocloud_sim::{BootedInstance, ProjectSeed, Quota, SimConfig, Simulator, routes};
-use karpenter_kakaocloud::kakaocloud::api::InstanceStatus;
-use karpenter_kakaocloud::kakaocloud::{
+use kakaocloud::api::InstanceStatus;
+use kakaocloud::ownership::{Keyring, VerifyError, compose_description};
+use kakaocloud::{
     Client, Config, Credentials, DeleteOutcome, DeleteOwnedError, Error, InstanceFilter,
     LaunchSpec, naming,
 };
-use karpenter_kakaocloud::ownership::{Keyring, VerifyError, compose_description};
+use kakaocloud_sim::{BootedInstance, ProjectSeed, Quota, SimConfig, Simulator, routes};
 
 fn fast() -> SimConfig {
     SimConfig {

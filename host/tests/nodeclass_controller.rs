@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kakaocloud_sim::{SimConfig, Simulator};
-use karpenter_kakaocloud::crd::{self, KCNodeClass, NodeClaim};
-use karpenter_kakaocloud::kakaocloud;
 use karpenter_kakaocloud::nodeclass::{self, Context};
+use kk_apis::crd::{self, KCNodeClass, NodeClaim};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -123,7 +122,7 @@ async fn wait_false(api: &Api<KCNodeClass>, name: &str, type_: &str) -> (String,
     })
     .await;
     let c = condition(&class, type_).unwrap();
-    let ready = condition(&class, nodeclass::READY).expect("Ready is reported");
+    let ready = condition(&class, kk_apis::names::condition::READY).expect("Ready is reported");
     assert_eq!(ready.status, "False", "Ready follows a false {type_}");
     (c.reason.clone(), c.message.clone())
 }
@@ -133,16 +132,16 @@ async fn guide_class_reaches_all_six_conditions_true() {
     let h = harness().await;
     let api = create(h, guide_class("guide-ready")).await;
     let class = wait_for(&api, "guide-ready", "Ready=True", |c| {
-        condition(c, nodeclass::READY).is_some_and(|c| c.status == "True")
+        condition(c, kk_apis::names::condition::READY).is_some_and(|c| c.status == "True")
     })
     .await;
     for type_ in [
-        nodeclass::KUBERNETES_VERSION_READY,
-        nodeclass::IMAGES_READY,
-        nodeclass::SUBNETS_READY,
-        nodeclass::SECURITY_GROUPS_READY,
-        nodeclass::KEY_PAIR_READY,
-        nodeclass::READY,
+        kk_apis::names::condition::KUBERNETES_VERSION_READY,
+        kk_apis::names::condition::IMAGES_READY,
+        kk_apis::names::condition::SUBNETS_READY,
+        kk_apis::names::condition::SECURITY_GROUPS_READY,
+        kk_apis::names::condition::KEY_PAIR_READY,
+        kk_apis::names::condition::READY,
     ] {
         let c = condition(&class, type_).unwrap_or_else(|| panic!("{type_} is reported"));
         assert_eq!(c.status, "True", "{type_}: {}", c.message);
@@ -160,7 +159,9 @@ async fn guide_class_reaches_all_six_conditions_true() {
     assert_eq!(status.kubernetes_version.as_deref(), Some("1.35"));
     let finalizers = class.metadata.finalizers.clone().unwrap_or_default();
     assert!(
-        finalizers.iter().any(|f| f == crd::NODECLASS_FINALIZER),
+        finalizers
+            .iter()
+            .any(|f| f == kk_apis::names::finalizer::NODECLASS),
         "{finalizers:?}"
     );
 
@@ -185,7 +186,8 @@ async fn unknown_subnet_is_subnets_not_ready() {
     let mut class = guide_class("bad-subnet");
     class["spec"]["subnetSelectorTerms"] = json!([{"id": "subnet-nope"}]);
     let api = create(h, class).await;
-    let (reason, message) = wait_false(&api, "bad-subnet", nodeclass::SUBNETS_READY).await;
+    let (reason, message) =
+        wait_false(&api, "bad-subnet", kk_apis::names::condition::SUBNETS_READY).await;
     assert_eq!(reason, "SubnetNotFound");
     assert!(message.contains("subnet-nope"), "{message}");
 }
@@ -196,7 +198,12 @@ async fn missing_security_group_is_security_groups_not_ready() {
     let mut class = guide_class("bad-sg");
     class["spec"]["securityGroupSelectorTerms"] = json!([{"id": WORKER_SG}, {"id": "sg-gone"}]);
     let api = create(h, class).await;
-    let (reason, message) = wait_false(&api, "bad-sg", nodeclass::SECURITY_GROUPS_READY).await;
+    let (reason, message) = wait_false(
+        &api,
+        "bad-sg",
+        kk_apis::names::condition::SECURITY_GROUPS_READY,
+    )
+    .await;
     assert_eq!(reason, "SecurityGroupNotFound");
     assert!(message.contains("sg-gone"), "{message}");
 }
@@ -207,7 +214,8 @@ async fn unknown_key_pair_is_key_pair_not_ready_and_a_known_one_is_ready() {
     let mut class = guide_class("bad-key");
     class["spec"]["keyName"] = json!("nobody");
     let api = create(h, class).await;
-    let (reason, message) = wait_false(&api, "bad-key", nodeclass::KEY_PAIR_READY).await;
+    let (reason, message) =
+        wait_false(&api, "bad-key", kk_apis::names::condition::KEY_PAIR_READY).await;
     assert_eq!(reason, "KeyPairNotFound");
     assert!(message.contains("nobody"), "{message}");
 
@@ -221,7 +229,7 @@ async fn unknown_key_pair_is_key_pair_not_ready_and_a_known_one_is_ready() {
     .await
     .expect("patch keyName");
     wait_for(&api, "bad-key", "Ready=True after fixing keyName", |c| {
-        condition(c, nodeclass::READY).is_some_and(|c| c.status == "True")
+        condition(c, kk_apis::names::condition::READY).is_some_and(|c| c.status == "True")
     })
     .await;
 }
@@ -232,8 +240,12 @@ async fn unsupported_version_lists_the_supported_ones() {
     let mut class = guide_class("old-version");
     class["spec"]["bootstrap"]["kubernetesVersion"] = json!("1.33");
     let api = create(h, class).await;
-    let (reason, message) =
-        wait_false(&api, "old-version", nodeclass::KUBERNETES_VERSION_READY).await;
+    let (reason, message) = wait_false(
+        &api,
+        "old-version",
+        kk_apis::names::condition::KUBERNETES_VERSION_READY,
+    )
+    .await;
     assert_eq!(reason, "UnsupportedVersion");
     assert!(
         message.contains("1.35, 1.34"),
@@ -241,7 +253,9 @@ async fn unsupported_version_lists_the_supported_ones() {
     );
     let class = api.get("old-version").await.unwrap();
     assert_eq!(
-        condition(&class, nodeclass::IMAGES_READY).unwrap().status,
+        condition(&class, kk_apis::names::condition::IMAGES_READY)
+            .unwrap()
+            .status,
         "False"
     );
 }
@@ -255,7 +269,7 @@ async fn deletion_waits_for_the_nodeclaims_that_use_the_class() {
             .finalizers
             .iter()
             .flatten()
-            .any(|f| f == crd::NODECLASS_FINALIZER)
+            .any(|f| f == kk_apis::names::finalizer::NODECLASS)
     })
     .await;
     let claims: Api<NodeClaim> = Api::all(h.cp.client().await);
@@ -277,12 +291,13 @@ async fn deletion_waits_for_the_nodeclaims_that_use_the_class() {
         .await
         .expect("delete is accepted");
     let held = wait_for(&api, "in-use", "WaitingOnNodeClaims", |c| {
-        condition(c, nodeclass::READY).is_some_and(|c| c.reason == "WaitingOnNodeClaims")
+        condition(c, kk_apis::names::condition::READY)
+            .is_some_and(|c| c.reason == "WaitingOnNodeClaims")
     })
     .await;
     assert!(held.metadata.deletion_timestamp.is_some());
     assert!(
-        condition(&held, nodeclass::READY)
+        condition(&held, kk_apis::names::condition::READY)
             .unwrap()
             .message
             .contains("in-use-claim")

@@ -2,8 +2,8 @@
 //! strict keyring validation.
 
 use base64::Engine as _;
-use karpenter_kakaocloud::kakaocloud::api::INSTANCE_DESCRIPTION_MAX;
-use karpenter_kakaocloud::ownership::{
+use kakaocloud::api::INSTANCE_DESCRIPTION_MAX;
+use kakaocloud::ownership::{
     Keyring, KeyringError, KeyringHandle, SignError, VerifyError, compose_description, tags_in,
 };
 use proptest::prelude::*;

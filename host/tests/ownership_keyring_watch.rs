@@ -9,7 +9,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use karpenter_kakaocloud::ownership::{KeyringError, KeyringLoadError, SECRET_KEY, watch_keyring};
+use kakaocloud::ownership::{KeyringError, SECRET_KEY};
+use karpenter_kakaocloud::keyring::{KeyringLoadError, watch_keyring};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 fn keyring_json(active: &str, ids: &[(&str, u8)]) -> String {

@@ -2,15 +2,14 @@
 //! with an Event while the previous plugin serves, deleting the ConfigMap reverts to the native
 //! default.
 
+use kk_apis::names::{annotation, label};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
-use karpenter_kakaocloud::plugins::engine::sha256_hex;
-use karpenter_kakaocloud::plugins::{
-    Bounds, DIGEST_ANNOTATION, Kind, Registry, Runtime, WASM_KEY, WORLD_LABEL, watcher,
-};
+use kk_plugin_runtime::engine::sha256_hex;
+use kk_plugin_runtime::{Bounds, Kind, Registry, Runtime, WASM_KEY, watcher};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 
 fn component(name: &str) -> Vec<u8> {
@@ -22,8 +21,14 @@ fn configmap(namespace: &str, wasm: &[u8], digest: &str, config: &str) -> Config
         metadata: ObjectMeta {
             name: Some("instance-selector".into()),
             namespace: Some(namespace.into()),
-            labels: Some([(WORLD_LABEL.to_owned(), "instance-selector".to_owned())].into()),
-            annotations: Some([(DIGEST_ANNOTATION.to_owned(), digest.to_owned())].into()),
+            labels: Some(
+                [(
+                    label::PLUGIN_WORLD.to_owned(),
+                    "instance-selector".to_owned(),
+                )]
+                .into(),
+            ),
+            annotations: Some([(annotation::PLUGIN_SHA256.to_owned(), digest.to_owned())].into()),
             ..Default::default()
         },
         data: Some([("config.json".to_owned(), config.to_owned())].into()),

@@ -6,17 +6,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use karpenter_kakaocloud::disruption::{ConsolidationScorer, Reason, ScoreCandidate};
-use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
-use karpenter_kakaocloud::lifecycle::{UserdataInput, UserdataRenderer};
-use karpenter_kakaocloud::plugins::engine::sha256_hex;
-use karpenter_kakaocloud::plugins::{
+use kk_engine::disruption::{ConsolidationScorer, Reason, ScoreCandidate};
+use kk_engine::scheduling::instance_types::{InstanceType, Offering};
+use kk_engine::scheduling::resources::Dim;
+use kk_engine::scheduling::{Candidate, Catalog, InstanceRanker, RankRequest, Resources};
+use kk_engine::userdata::parse_registration;
+use kk_engine::userdata::{UserdataInput, UserdataRenderer};
+use kk_plugin_runtime::engine::sha256_hex;
+use kk_plugin_runtime::{
     Bounds, Kind, PluginRanker, PluginRenderer, PluginScorer, Registry, Runtime, Source,
-};
-use karpenter_kakaocloud::provisioning::instance_types::{InstanceType, Offering};
-use karpenter_kakaocloud::provisioning::resources::Dim;
-use karpenter_kakaocloud::provisioning::{
-    Candidate, Catalog, InstanceRanker, RankRequest, Resources,
 };
 
 fn component(name: &str) -> Vec<u8> {

@@ -303,7 +303,7 @@ async fn zone_topology_spread_uses_three_zones_and_gpu_pods_alone_get_gpu_flavor
     // Only the GPU pod's NodeClaim is a GPU flavor; the spread pods' are not. (Once nodes exist,
     // kube-scheduler may still bind a CPU pod to the GPU node: taint GPU pools to prevent that.)
     let claims = env.claims_of("open").await;
-    let flavor_of = |c: &karpenter_kakaocloud::crd::NodeClaim| {
+    let flavor_of = |c: &kk_apis::crd::NodeClaim| {
         c.metadata
             .labels
             .as_ref()
@@ -455,7 +455,7 @@ async fn a_restart_mid_launch_creates_no_duplicate_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
-    use karpenter_kakaocloud::plugins::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
+    use kk_plugin_runtime::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 
     // The operator ranks through the plugin seam; with nothing loaded the native default serves.
     let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);

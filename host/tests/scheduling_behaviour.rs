@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use karpenter_kakaocloud::provisioning::fixtures::pod;
-use karpenter_kakaocloud::provisioning::resources::Dim;
-use karpenter_kakaocloud::provisioning::{
+use kk_engine::scheduling::fixtures::pod;
+use kk_engine::scheduling::resources::Dim;
+use kk_engine::scheduling::{
     CheapestFitRanker, ExistingNode, InstanceRanker, InstanceType, NodeClaimDraft, NodePoolInput,
     Offering, PoolRequirement, RankError, RankRequest, Resources, Scheduler, SchedulerOptions,
     SchedulingProblem, SchedulingResult,

@@ -13,7 +13,7 @@ fn main() -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, yaml) in karpenter_kakaocloud::crd::generated_files()? {
+    for (name, yaml) in kk_apis::crd::generated_files()? {
         let path = dir.join(&name);
         std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());

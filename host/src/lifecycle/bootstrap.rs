@@ -1,6 +1,7 @@
 //! Join credentials: short-lived bootstrap-token Secrets in kube-system, and the CA public-key
 //! hash kubeadm pins the API server with.
 
+use kk_apis::names::label;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -9,8 +10,6 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
 use sha2::{Digest, Sha256};
-
-use crate::provisioning::translate::LABEL_NODECLAIM;
 
 /// A bootstrap token: `<6 chars>.<16 chars>` of `[a-z0-9]`.
 #[derive(Clone, PartialEq, Eq)]
@@ -79,7 +78,7 @@ impl BootstrapToken {
             metadata: ObjectMeta {
                 name: Some(format!("bootstrap-token-{}", self.id)),
                 namespace: Some("kube-system".into()),
-                labels: Some([(LABEL_NODECLAIM.to_owned(), nodeclaim.to_owned())].into()),
+                labels: Some([(label::NODECLAIM.to_owned(), nodeclaim.to_owned())].into()),
                 ..ObjectMeta::default()
             },
             type_: Some("bootstrap.kubernetes.io/token".into()),

@@ -7,6 +7,8 @@
 //! Finalization here covers NodeClaims that never registered (launch failures, liveness);
 //! a registered NodeClaim's drain and deletion belong to `termination`.
 
+use kk_apis::names;
+use kk_apis::names::{condition, finalizer, label, taint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,33 +26,21 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::config::Settings;
-use crate::crd::conditions::{DesiredCondition, is_true, set_condition};
-use crate::crd::{KCNodeClass, NodeClaim};
-use crate::kakaocloud::api::{Instance, InstanceStatus};
-use crate::kakaocloud::{self, LaunchSpec, naming};
 use crate::metrics::{Metrics, NodePoolReason};
-use crate::ownership::{self, KeyringHandle};
-use crate::provisioning::catalog::{CAPACITY_TYPE, LABEL_FLAVOR_ID, LiveCatalog};
-use crate::provisioning::instance_types::InstanceType;
-use crate::provisioning::requirements::{
-    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-};
-use crate::provisioning::state::ClusterState;
-use crate::provisioning::translate::{
-    self, FINALIZER, LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
-};
+use crate::provisioning::catalog::LiveCatalog;
+use kakaocloud::api::{Instance, InstanceStatus};
+use kakaocloud::ownership::{self, KeyringHandle};
+use kakaocloud::{self, LaunchSpec, naming};
+use kk_apis::crd::conditions::{DesiredCondition, is_true, set_condition};
+use kk_apis::crd::{KCNodeClass, NodeClaim};
+use kk_engine::scheduling::instance_types::InstanceType;
+
+use crate::state::ClusterState;
+use kk_engine::scheduling::translate;
 
 use super::bootstrap::BootstrapToken;
-use super::userdata::{UserdataInput, UserdataRenderer};
-use super::{parse_provider_id, provider_id};
-
-/// The taint Cilium's agent removes when the node's networking is up.
-pub const CILIUM_AGENT_NOT_READY: &str = "node.cilium.io/agent-not-ready";
-
-pub const LAUNCHED: &str = "Launched";
-pub const REGISTERED: &str = "Registered";
-pub const INITIALIZED: &str = "Initialized";
-pub const READY: &str = "Ready";
+use kk_apis::provider_id::{parse_provider_id, provider_id};
+use kk_engine::userdata::{UserdataInput, UserdataRenderer};
 
 /// Where nodes join: the API server and its CA.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +57,7 @@ pub enum LifecycleError {
     #[error("kakaocloud: {0}")]
     Cloud(#[from] kakaocloud::Error),
     #[error("userdata: {0}")]
-    Userdata(#[from] super::userdata::UserdataError),
+    Userdata(#[from] kk_engine::userdata::UserdataError),
     #[error("ownership tag: {0}")]
     Sign(#[from] ownership::SignError),
     #[error("{0}")]
@@ -113,7 +103,7 @@ fn allowed(nc: &NodeClaim, key: &str) -> Option<Vec<String>> {
     nc.spec
         .requirements
         .iter()
-        .find(|r| r.key == key && r.operator == crate::crd::Operator::In)
+        .find(|r| r.key == key && r.operator == kk_apis::crd::Operator::In)
         .map(|r| r.values.clone())
 }
 
@@ -129,7 +119,7 @@ impl Lifecycle {
         Controller::new(claims, watcher::Config::default())
             .watches(nodes, watcher::Config::default(), |node: Node| {
                 node.labels()
-                    .get(LABEL_NODECLAIM)
+                    .get(label::NODECLAIM)
                     .map(|n| ObjectRef::<NodeClaim>::new(n))
             })
             .run(
@@ -158,7 +148,10 @@ impl Lifecycle {
     }
 
     fn pool(nc: &NodeClaim) -> String {
-        nc.labels().get(LABEL_NODEPOOL).cloned().unwrap_or_default()
+        nc.labels()
+            .get(label::NODEPOOL)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// One reconcile of one NodeClaim.
@@ -171,7 +164,7 @@ impl Lifecycle {
                 .as_ref()
                 .map(|s| s.conditions.as_slice())
                 .unwrap_or(&[]),
-            LAUNCHED,
+            condition::LAUNCHED,
         ) {
             return self.launch(nc).await;
         }
@@ -194,7 +187,7 @@ impl Lifecycle {
                 self.set_conditions(
                     nc,
                     &[DesiredCondition::falsy(
-                        REGISTERED,
+                        condition::REGISTERED,
                         "MultipleNodesFound",
                         format!("{} nodes have providerID {pid}", many.len()),
                     )],
@@ -222,17 +215,29 @@ impl Lifecycle {
         for d in desired {
             changed |= set_condition(&mut conditions, d, nc.metadata.generation, &t);
         }
-        let ready = [LAUNCHED, REGISTERED, INITIALIZED]
-            .iter()
-            .all(|c| is_true(&conditions, c));
+        let ready = [
+            condition::LAUNCHED,
+            condition::REGISTERED,
+            condition::INITIALIZED,
+        ]
+        .iter()
+        .all(|c| is_true(&conditions, c));
         let ready_cond = if ready {
-            DesiredCondition::truthy(READY, "Ready", "")
+            DesiredCondition::truthy(condition::READY, "Ready", "")
         } else {
-            let missing = [LAUNCHED, REGISTERED, INITIALIZED]
-                .into_iter()
-                .find(|c| !is_true(&conditions, c))
-                .unwrap_or(LAUNCHED);
-            DesiredCondition::falsy(READY, "NotReady", format!("{missing} is not True"))
+            let missing = [
+                condition::LAUNCHED,
+                condition::REGISTERED,
+                condition::INITIALIZED,
+            ]
+            .into_iter()
+            .find(|c| !is_true(&conditions, c))
+            .unwrap_or(condition::LAUNCHED);
+            DesiredCondition::falsy(
+                condition::READY,
+                "NotReady",
+                format!("{missing} is not True"),
+            )
         };
         changed |= set_condition(&mut conditions, &ready_cond, nc.metadata.generation, &t);
         if !changed && extra.is_none() {
@@ -285,7 +290,11 @@ impl Lifecycle {
             Err(msg) => {
                 self.set_conditions(
                     nc,
-                    &[DesiredCondition::falsy(LAUNCHED, "NodeClassNotReady", msg)],
+                    &[DesiredCondition::falsy(
+                        condition::LAUNCHED,
+                        "NodeClassNotReady",
+                        msg,
+                    )],
                     None,
                 )
                 .await?;
@@ -297,7 +306,7 @@ impl Lifecycle {
             self.set_conditions(
                 nc,
                 &[DesiredCondition::falsy(
-                    LAUNCHED,
+                    condition::LAUNCHED,
                     "NodeClassNotReady",
                     "KCNodeClass has no resolved image",
                 )],
@@ -310,7 +319,7 @@ impl Lifecycle {
             self.set_conditions(
                 nc,
                 &[DesiredCondition::falsy(
-                    LAUNCHED,
+                    condition::LAUNCHED,
                     "NodeClassNotReady",
                     "KCNodeClass has no resolved subnets",
                 )],
@@ -334,8 +343,8 @@ impl Lifecycle {
             return self.launched(nc, &instance, &catalog, &image.id).await;
         }
 
-        let types = allowed(nc, LABEL_INSTANCE_TYPE).unwrap_or_default();
-        let zones = allowed(nc, LABEL_ZONE);
+        let types = allowed(nc, label::INSTANCE_TYPE).unwrap_or_default();
+        let zones = allowed(nc, label::ZONE);
         let mut tried = Vec::new();
         for type_name in &types {
             let Some(it) = catalog.iter().find(|t| &t.name == type_name) else {
@@ -365,7 +374,7 @@ impl Lifecycle {
                     .await?;
                 let spec = LaunchSpec {
                     name: instance_name.clone(),
-                    flavor_id: it.label(LABEL_FLAVOR_ID).unwrap_or(&it.name).to_owned(),
+                    flavor_id: it.label(label::FLAVOR_ID).unwrap_or(&it.name).to_owned(),
                     image_id: image.id.clone(),
                     subnet_id: subnet.id.clone(),
                     security_groups: status
@@ -400,16 +409,18 @@ impl Lifecycle {
                     Err(err) if err.is_capacity() => {
                         tracing::info!(NodeClaim = %name, instance_type = %it.name, zone = %offering.zone,
                             error = %err, "offering has no capacity; trying the next");
-                        self.catalog
-                            .unavailable
-                            .mark(&it.name, &offering.zone, CAPACITY_TYPE);
+                        self.catalog.unavailable.mark(
+                            &it.name,
+                            &offering.zone,
+                            names::CAPACITY_TYPE_ON_DEMAND,
+                        );
                         tried.push(format!("{}/{}", it.name, offering.zone));
                     }
                     Err(err) => {
                         self.set_conditions(
                             nc,
                             &[DesiredCondition {
-                                type_: LAUNCHED,
+                                type_: condition::LAUNCHED,
                                 status: false,
                                 reason: "LaunchFailed".into(),
                                 message: err.to_string().chars().take(300).collect(),
@@ -498,16 +509,19 @@ impl Lifecycle {
         let mut labels: BTreeMap<String, String> = it
             .labels
             .iter()
-            .filter(|(k, _)| k != LABEL_FLAVOR_ID)
+            .filter(|(k, _)| k != label::FLAVOR_ID)
             .cloned()
             .collect();
-        labels.insert(LABEL_INSTANCE_TYPE.into(), it.name.clone());
-        labels.insert(LABEL_ZONE.into(), zone.to_owned());
-        labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE.into());
+        labels.insert(label::INSTANCE_TYPE.into(), it.name.clone());
+        labels.insert(label::ZONE.into(), zone.to_owned());
+        labels.insert(
+            label::CAPACITY_TYPE.into(),
+            names::CAPACITY_TYPE_ON_DEMAND.into(),
+        );
         for (k, v) in nc.labels() {
             labels.insert(k.clone(), v.clone());
         }
-        labels.insert(LABEL_NODECLAIM.into(), nc.name_any());
+        labels.insert(label::NODECLAIM.into(), nc.name_any());
         labels
     }
 
@@ -554,7 +568,7 @@ impl Lifecycle {
             .and_then(|f| catalog.iter().find(|t| t.name == f))
             .or_else(|| {
                 let id = instance.flavor.as_ref().map(|f| f.id.as_str());
-                catalog.iter().find(|t| t.label(LABEL_FLAVOR_ID) == id)
+                catalog.iter().find(|t| t.label(label::FLAVOR_ID) == id)
             });
         let Some(it) = it else {
             return Err(LifecycleError::NotReady(format!(
@@ -566,7 +580,7 @@ impl Lifecycle {
         let pid = provider_id(&zone, &instance.id);
         // Metadata: the resolved well-known labels.
         let mut labels = self.node_labels(nc, it, &zone);
-        labels.remove(LABEL_NODECLAIM);
+        labels.remove(label::NODECLAIM);
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         api.patch(
             &name,
@@ -582,9 +596,9 @@ impl Lifecycle {
         self.set_conditions(
             nc,
             &[
-                DesiredCondition::truthy(LAUNCHED, "Launched", ""),
+                DesiredCondition::truthy(condition::LAUNCHED, "Launched", ""),
                 DesiredCondition {
-                    type_: REGISTERED,
+                    type_: condition::REGISTERED,
                     status: false,
                     reason: "NodeNotFound".into(),
                     message: "Node not registered with cluster".into(),
@@ -632,7 +646,8 @@ impl Lifecycle {
                 _ => {}
             }
         }
-        let launched_at = condition(nc, LAUNCHED).map(|c| c.last_transition_time.clone());
+        let launched_at =
+            condition(nc, condition::LAUNCHED).map(|c| c.last_transition_time.clone());
         if let Some(at) = launched_at
             && since(&at) > self.settings.registration_ttl
         {
@@ -660,14 +675,17 @@ impl Lifecycle {
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
         let labels = node.labels();
-        let first_sync = labels.get(LABEL_REGISTERED).is_none_or(|v| v != "true");
+        let first_sync = labels.get(label::REGISTERED).is_none_or(|v| v != "true");
         if first_sync {
-            if !taints.iter().any(|t| t.key == TAINT_UNREGISTERED) {
+            if !taints.iter().any(|t| t.key == taint::UNREGISTERED) {
                 self.event(
                     nc,
                     EventType::Warning,
                     "UnregisteredTaintMissing",
-                    format!("node {node_name} registered without the {TAINT_UNREGISTERED} taint"),
+                    format!(
+                        "node {node_name} registered without the {} taint",
+                        taint::UNREGISTERED
+                    ),
                 )
                 .await;
             }
@@ -687,12 +705,12 @@ impl Lifecycle {
                     }
                 }
             }
-            taints.retain(|t| t.key != TAINT_UNREGISTERED);
+            taints.retain(|t| t.key != taint::UNREGISTERED);
             let mut new_labels: BTreeMap<String, String> = nc.labels().clone();
-            new_labels.insert(LABEL_REGISTERED.into(), "true".into());
+            new_labels.insert(label::REGISTERED.into(), "true".into());
             let mut finalizers = node.finalizers().to_vec();
-            if !finalizers.iter().any(|f| f == FINALIZER) {
-                finalizers.push(FINALIZER.into());
+            if !finalizers.iter().any(|f| f == finalizer::TERMINATION) {
+                finalizers.push(finalizer::TERMINATION.into());
             }
             let owner = json!([{
                 "apiVersion": "karpenter.sh/v1",
@@ -725,7 +743,7 @@ impl Lifecycle {
                 })
                 .inc();
         }
-        let registered_cond = DesiredCondition::truthy(REGISTERED, "Registered", "");
+        let registered_cond = DesiredCondition::truthy(condition::REGISTERED, "Registered", "");
         // Initialization: Ready, no startup or ephemeral taints left.
         let node_ready = node
             .status
@@ -741,28 +759,28 @@ impl Lifecycle {
             .find(|t| {
                 translate::is_ephemeral_taint(t)
                     || startup.iter().any(|s| taint_eq(s, t))
-                    || (cilium && t.key == CILIUM_AGENT_NOT_READY)
+                    || (cilium && t.key == taint::CILIUM_AGENT_NOT_READY)
             })
             .map(|t| t.key.clone());
         let initialized = node_ready && blocking.is_none();
         let init_cond = if initialized {
-            DesiredCondition::truthy(INITIALIZED, "Initialized", "")
+            DesiredCondition::truthy(condition::INITIALIZED, "Initialized", "")
         } else if !node_ready {
-            DesiredCondition::falsy(INITIALIZED, "NodeNotReady", "Node is not Ready")
+            DesiredCondition::falsy(condition::INITIALIZED, "NodeNotReady", "Node is not Ready")
         } else {
             DesiredCondition::falsy(
-                INITIALIZED,
+                condition::INITIALIZED,
                 "StartupTaintsExist",
                 format!("taint {} is still present", blocking.unwrap_or_default()),
             )
         };
-        if initialized && labels.get(LABEL_INITIALIZED).is_none_or(|v| v != "true") {
+        if initialized && labels.get(label::INITIALIZED).is_none_or(|v| v != "true") {
             nodes
                 .patch(
                     &node_name,
                     &PatchParams::default(),
                     &Patch::Merge(
-                        json!({ "metadata": { "labels": { LABEL_INITIALIZED: "true" } } }),
+                        json!({ "metadata": { "labels": { label::INITIALIZED: "true" } } }),
                     ),
                 )
                 .await?;
@@ -849,7 +867,7 @@ impl Lifecycle {
 
     /// Deletes the instance of a NodeClaim that never registered, then drops the finalizer.
     async fn finalize(&self, nc: &NodeClaim) -> Result<Action, LifecycleError> {
-        if !nc.finalizers().iter().any(|f| f == FINALIZER) {
+        if !nc.finalizers().iter().any(|f| f == finalizer::TERMINATION) {
             return Ok(Action::await_change());
         }
         let registered = nc
@@ -884,7 +902,7 @@ impl Lifecycle {
         let finalizers: Vec<String> = nc
             .finalizers()
             .iter()
-            .filter(|f| *f != FINALIZER)
+            .filter(|f| *f != finalizer::TERMINATION)
             .cloned()
             .collect();
         let api: Api<NodeClaim> = Api::all(self.client.clone());

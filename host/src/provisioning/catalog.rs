@@ -1,28 +1,19 @@
 //! The instance-type catalog from KakaoCloud flavors: flavor x zone x capacity type, priced from
-//! [`crate::kakaocloud::pricing`], minus kubelet overhead, with offerings that recently reported
+//! [`kakaocloud::pricing`], minus kubelet overhead, with offerings that recently reported
 //! no capacity marked unavailable (they stay in the list, as Karpenter requires).
 
+use kk_apis::names;
+use kk_apis::names::label;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::kakaocloud::api::Flavor;
-use crate::kakaocloud::pricing;
+use kakaocloud::api::Flavor;
+use kakaocloud::pricing;
 
-use super::instance_types::{InstanceType, Offering, Overhead};
-use super::requirements::{LABEL_ARCH, LABEL_OS};
-use super::resources::{Dim, Resources};
+use kk_engine::scheduling::instance_types::{InstanceType, Offering, Overhead};
 
-/// KakaoCloud sells on-demand capacity only.
-pub const CAPACITY_TYPE: &str = "on-demand";
-pub const LABEL_FAMILY: &str = "karpenter.kakaocloud.com/instance-family";
-pub const LABEL_SIZE: &str = "karpenter.kakaocloud.com/instance-size";
-pub const LABEL_CPU: &str = "karpenter.kakaocloud.com/instance-cpu";
-pub const LABEL_MEMORY: &str = "karpenter.kakaocloud.com/instance-memory";
-pub const LABEL_GPU_COUNT: &str = "karpenter.kakaocloud.com/instance-gpu-count";
-pub const LABEL_GPU_NAME: &str = "karpenter.kakaocloud.com/instance-gpu-name";
-/// The flavor's ID (launch needs it; the scheduler only sees names).
-pub const LABEL_FLAVOR_ID: &str = "karpenter.kakaocloud.com/flavor-id";
+use kk_engine::scheduling::resources::{Dim, Resources};
 
 const MI: u64 = 1 << 20;
 const GI: u64 = 1 << 30;
@@ -139,10 +130,11 @@ pub fn instance_type(
         .iter()
         .map(|zone| {
             let has_capacity = flavor.available.get(zone).is_none_or(|&n| n > 0);
-            let cached = unavailable.is_some_and(|u| u.is_unavailable(&name, zone, CAPACITY_TYPE));
+            let cached = unavailable
+                .is_some_and(|u| u.is_unavailable(&name, zone, names::CAPACITY_TYPE_ON_DEMAND));
             Offering {
                 zone: zone.clone(),
-                capacity_type: CAPACITY_TYPE.to_owned(),
+                capacity_type: names::CAPACITY_TYPE_ON_DEMAND.to_owned(),
                 price_micros: price,
                 available: has_capacity && !cached,
             }
@@ -150,32 +142,35 @@ pub fn instance_type(
         .collect();
     let mut labels = vec![
         (
-            LABEL_ARCH.to_owned(),
+            label::ARCH.to_owned(),
             kube_arch(flavor.architecture.as_deref()).to_owned(),
         ),
-        (LABEL_OS.to_owned(), "linux".to_owned()),
-        (LABEL_CPU.to_owned(), vcpus.to_string()),
-        (LABEL_MEMORY.to_owned(), (memory / MI).to_string()),
-        (LABEL_FLAVOR_ID.to_owned(), flavor.id.clone()),
+        (label::OS.to_owned(), "linux".to_owned()),
+        (label::INSTANCE_CPU.to_owned(), vcpus.to_string()),
+        (label::INSTANCE_MEMORY.to_owned(), (memory / MI).to_string()),
+        (label::FLAVOR_ID.to_owned(), flavor.id.clone()),
     ];
     let (family, size) = match name.split_once('.') {
         Some((f, s)) => (f.to_owned(), s.to_owned()),
         None => (name.clone(), String::new()),
     };
     labels.push((
-        LABEL_FAMILY.to_owned(),
+        label::INSTANCE_FAMILY.to_owned(),
         flavor.instance_family.clone().unwrap_or(family),
     ));
     if !size.is_empty() {
         labels.push((
-            LABEL_SIZE.to_owned(),
+            label::INSTANCE_SIZE.to_owned(),
             flavor.instance_size.clone().unwrap_or(size),
         ));
     }
     if gpus > 0 {
-        labels.push((LABEL_GPU_COUNT.to_owned(), gpus.to_string()));
+        labels.push((label::INSTANCE_GPU_COUNT.to_owned(), gpus.to_string()));
         if let Some(gpu) = flavor.hw_name.as_deref().filter(|n| !n.is_empty()) {
-            labels.push((LABEL_GPU_NAME.to_owned(), sanitize_label_value(gpu)));
+            labels.push((
+                label::INSTANCE_GPU_NAME.to_owned(),
+                sanitize_label_value(gpu),
+            ));
         }
     }
     labels.sort();
@@ -232,7 +227,7 @@ fn sanitize_label_value(raw: &str) -> String {
 /// The catalog backed by KakaoCloud: flavors listed at most every `refresh`, offerings checked
 /// against the shared unavailable-offerings cache on every read.
 pub struct LiveCatalog {
-    client: crate::kakaocloud::Client,
+    client: kakaocloud::Client,
     options: CatalogOptions,
     refresh: Duration,
     pub unavailable: std::sync::Arc<UnavailableOfferings>,
@@ -241,7 +236,7 @@ pub struct LiveCatalog {
 
 impl LiveCatalog {
     pub fn new(
-        client: crate::kakaocloud::Client,
+        client: kakaocloud::Client,
         options: CatalogOptions,
         refresh: Duration,
         unavailable: std::sync::Arc<UnavailableOfferings>,
@@ -256,7 +251,7 @@ impl LiveCatalog {
     }
 
     /// The flavors, listed again when the cached list is older than the refresh period.
-    pub async fn flavors(&self) -> Result<std::sync::Arc<Vec<Flavor>>, crate::kakaocloud::Error> {
+    pub async fn flavors(&self) -> Result<std::sync::Arc<Vec<Flavor>>, kakaocloud::Error> {
         let mut cached = self.cached.lock().await;
         if let Some((at, flavors)) = cached.as_ref()
             && at.elapsed() < self.refresh
@@ -269,7 +264,7 @@ impl LiveCatalog {
     }
 
     /// The instance types, with current availability.
-    pub async fn instance_types(&self) -> Result<Vec<InstanceType>, crate::kakaocloud::Error> {
+    pub async fn instance_types(&self) -> Result<Vec<InstanceType>, kakaocloud::Error> {
         let flavors = self.flavors().await?;
         Ok(build(&flavors, &self.options, Some(&self.unavailable)))
     }
@@ -324,13 +319,13 @@ mod tests {
         let gpu = &cat[0];
         assert_eq!(gpu.name, "gn1i.xlarge");
         assert_eq!(gpu.capacity.get(Dim::Gpus), 1);
-        assert_eq!(gpu.label(LABEL_GPU_NAME), Some("NVIDIA-T4"));
+        assert_eq!(gpu.label(label::INSTANCE_GPU_NAME), Some("NVIDIA-T4"));
         let m2a = &cat[1];
         assert_eq!(m2a.capacity.get(Dim::CpuMillis), 4000);
         assert_eq!(m2a.capacity.get(Dim::Gpus), 0);
-        assert_eq!(m2a.label(LABEL_FAMILY), Some("m2a"));
-        assert_eq!(m2a.label(LABEL_ARCH), Some("amd64"));
-        assert_eq!(m2a.label(LABEL_FLAVOR_ID), Some("id-m2a.xlarge"));
+        assert_eq!(m2a.label(label::INSTANCE_FAMILY), Some("m2a"));
+        assert_eq!(m2a.label(label::ARCH), Some("amd64"));
+        assert_eq!(m2a.label(label::FLAVOR_ID), Some("id-m2a.xlarge"));
         assert_eq!(m2a.offerings[0].price_micros, 192_000_000);
         assert!(m2a.offerings[0].available);
         // The flavor reports no launchable instance in zone b.
@@ -341,17 +336,25 @@ mod tests {
     #[test]
     fn unavailable_cache_marks_offerings_until_ttl() {
         let cache = UnavailableOfferings::new(Duration::from_secs(60));
-        cache.mark("m2a.xlarge", "kr-central-2-a", CAPACITY_TYPE);
+        cache.mark(
+            "m2a.xlarge",
+            "kr-central-2-a",
+            names::CAPACITY_TYPE_ON_DEMAND,
+        );
         let cat = build(
             &[flavor("m2a.xlarge", 4, 16)],
             &CatalogOptions::default(),
             Some(&cache),
         );
         assert!(!cat[0].offerings[0].available);
-        assert!(!cache.is_unavailable("m2a.xlarge", "kr-central-2-b", CAPACITY_TYPE));
+        assert!(!cache.is_unavailable(
+            "m2a.xlarge",
+            "kr-central-2-b",
+            names::CAPACITY_TYPE_ON_DEMAND
+        ));
         let short = UnavailableOfferings::new(Duration::ZERO);
-        short.mark("x", "z", CAPACITY_TYPE);
-        assert!(!short.is_unavailable("x", "z", CAPACITY_TYPE));
+        short.mark("x", "z", names::CAPACITY_TYPE_ON_DEMAND);
+        assert!(!short.is_unavailable("x", "z", names::CAPACITY_TYPE_ON_DEMAND));
     }
 
     #[test]

@@ -1,43 +1,598 @@
-//! Provisioning: the scheduling simulation that turns pending pods into NodeClaim drafts.
-//!
-//! [`Scheduler::solve`] takes pending pods, the NodePools, the instance-type catalog, existing
-//! nodes (and in-flight NodeClaims) and daemonsets, and returns where each pod goes: an existing
-//! node, or a new NodeClaim draft with its resolved requirements and its ranked instance types
-//! (so launch can fall back across them), plus the pods that fit nowhere and why.
-//!
-//! Upstream Karpenter semantics are followed (see `karpenter-behaviour.md` §3): NodePool
-//! requirements and template labels intersected with nodeSelector and required node affinity,
-//! preferences relaxed in Karpenter's order when unmet, taints and tolerations, topology spread
-//! on zone and hostname, pod affinity and anti-affinity (including that of running pods), daemonset
-//! and kubelet overhead, NodePool limits (held pessimistically at the largest candidate's
-//! capacity) and weights, minValues (strict).
-//!
-//! Instance types for a new node are ordered by an [`InstanceRanker`]; the ranking is computed
-//! once per (NodePool, pod constraints, pod shape) and reused.
+//! The provisioning controller: batches provisionable pods, runs the scheduling simulation over
+//! existing nodes, in-flight NodeClaims and new nodes, and creates NodeClaims for the new nodes.
 
 pub mod catalog;
-pub mod controller;
-pub mod fixtures;
-pub mod instance_types;
-pub mod model;
-pub mod pod_class;
-pub mod ranker;
-pub mod requirements;
-pub mod resources;
-pub mod scheduler;
-pub mod state;
-pub mod symbols;
-pub mod taints;
-pub mod topology;
-pub mod translate;
 
-pub use instance_types::{InstanceType, Offering, Overhead};
-pub use model::{
-    ExistingNode, ExistingPlacement, NodeClaimDraft, NodePoolInput, PoolRequirement,
-    SchedulingProblem, SchedulingResult, Unschedulable,
-};
-pub use ranker::{
-    Candidate, Catalog, CheapestFitRanker, InstanceRanker, OfferingSet, RankError, RankRequest,
-};
-pub use resources::Resources;
-pub use scheduler::{Scheduler, SchedulerOptions};
+use kk_apis::names::label;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::config::Settings;
+use crate::metrics::{ControllerLabel, Metrics, NodePoolReason, PodState};
+use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
+use kk_apis::crd::{NodeClaim, NodePool};
+use kk_apis::pod::is_provisionable;
+
+use catalog::LiveCatalog;
+use kk_engine::scheduling::instance_types::InstanceType;
+use kk_engine::scheduling::model::{ExistingNode, NodePoolInput, SchedulingProblem};
+use kk_engine::scheduling::ranker::InstanceRanker;
+
+use crate::state::ClusterState;
+use kk_engine::scheduling::resources::{self, Resources};
+use kk_engine::scheduling::scheduler::{Scheduler, SchedulerOptions};
+use kk_engine::scheduling::translate;
+
+/// How long after its NodeClaim initialized a nominated pod is still considered covered (upstream's
+/// nomination window, `max(2 x batchMax, 10s)` with the defaults).
+const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
+/// Provisionable pods are looked at again this often even without a watch event.
+const REQUEUE: Duration = Duration::from_secs(10);
+
+/// Whether a NodePool is ours (its NodeClass is a KCNodeClass) and usable now.
+pub fn is_managed_pool(np: &NodePool) -> bool {
+    let r = &np.spec.template.spec.node_class_ref;
+    r.group == NODECLASS_GROUP
+        && r.kind == NODECLASS_KIND
+        && np.metadata.deletion_timestamp.is_none()
+}
+
+/// Waits for one batch: blocks for the first trigger, then ends after `idle` without another one
+/// or at `max` after the first, whichever comes first. Returns how many triggers it took (0 when
+/// the channel closed).
+pub async fn wait_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Duration) -> usize {
+    if rx.recv().await.is_none() {
+        return 0;
+    }
+    let mut count = 1;
+    let deadline = tokio::time::Instant::now() + max;
+    loop {
+        let idle_end = (tokio::time::Instant::now() + idle).min(deadline);
+        match tokio::time::timeout_at(idle_end, rx.recv()).await {
+            Ok(Some(())) => {
+                count += 1;
+                if tokio::time::Instant::now() >= deadline {
+                    return count;
+                }
+            }
+            Ok(None) | Err(_) => return count,
+        }
+    }
+}
+
+/// What one provisioning pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub pods: usize,
+    pub created: Vec<String>,
+    pub nominated_existing: usize,
+    pub unschedulable: usize,
+}
+
+/// Errors of one pass; the pass is retried on the next batch.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error("listing instance types: {0}")]
+    Catalog(#[from] kakaocloud::Error),
+    #[error("creating NodeClaim: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The provisioning controller.
+pub struct Provisioner {
+    client: kube::Client,
+    state: ClusterState,
+    catalog: Arc<LiveCatalog>,
+    ranker: Arc<dyn InstanceRanker>,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    /// Pod UID -> (NodeClaim or node it was nominated to, when).
+    nominations: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl Provisioner {
+    pub fn new(
+        client: kube::Client,
+        state: ClusterState,
+        catalog: Arc<LiveCatalog>,
+        ranker: Arc<dyn InstanceRanker>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        recorder: Recorder,
+    ) -> Self {
+        Provisioner {
+            client,
+            state,
+            catalog,
+            ranker,
+            settings,
+            metrics,
+            recorder,
+            nominations: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn nominations(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
+        self.nominations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a pod is still covered by an earlier pass's nomination.
+    fn covered(&self, pod: &Pod, claims: &HashMap<String, Arc<NodeClaim>>) -> bool {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return false;
+        };
+        let noms = self.nominations();
+        let Some((target, _at)) = noms.get(uid) else {
+            return false;
+        };
+        let Some(nc) = claims.get(target) else {
+            return false;
+        };
+        if nc.metadata.deletion_timestamp.is_some() {
+            return false;
+        }
+        let conditions = nc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[]);
+        match conditions
+            .iter()
+            .find(|c| c.type_ == "Initialized" && c.status == "True")
+        {
+            None => true,
+            Some(c) => {
+                let since =
+                    k8s_openapi::jiff::Timestamp::now().duration_since(c.last_transition_time.0);
+                since.as_secs() < NOMINATION_WINDOW.as_secs() as i64
+            }
+        }
+    }
+
+    /// Pods that need a node now.
+    pub fn provisionable_pods(&self) -> Vec<Pod> {
+        let claims: HashMap<String, Arc<NodeClaim>> = self
+            .state
+            .nodeclaims
+            .state()
+            .into_iter()
+            .map(|c| (c.name_any(), c))
+            .collect();
+        let mut pods: Vec<Pod> = self
+            .state
+            .pods
+            .state()
+            .iter()
+            .filter(|p| is_provisionable(p))
+            .filter(|p| !self.covered(p, &claims))
+            .map(|p| (**p).clone())
+            .collect();
+        pods.sort_by_key(|a| (a.namespace(), a.name_any()));
+        pods
+    }
+
+    /// Runs the controller: a pass per batch, plus a pass every 10 s while pods wait.
+    pub async fn run(self: Arc<Self>, mut triggers: mpsc::Receiver<()>) {
+        loop {
+            let n = tokio::select! {
+                n = wait_batch(&mut triggers, self.settings.batch_idle, self.settings.batch_max) => n,
+                () = tokio::time::sleep(REQUEUE) => 1,
+            };
+            if n == 0 {
+                return;
+            }
+            match self.provision_once().await {
+                Ok(outcome) if outcome.pods > 0 => {
+                    tracing::info!(
+                        pods = outcome.pods,
+                        created = outcome.created.len(),
+                        unschedulable = outcome.unschedulable,
+                        "provisioning pass"
+                    )
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "provisioning pass failed"),
+            }
+        }
+    }
+
+    fn claim_capacity(nc: &NodeClaim, catalog: &[InstanceType]) -> Resources {
+        if let Some(cap) = nc
+            .status
+            .as_ref()
+            .filter(|s| !s.capacity.is_empty())
+            .and_then(|s| resources::from_list(&s.capacity).ok())
+        {
+            return cap;
+        }
+        // Not launched yet: count it as its largest option, pessimistically (upstream subtractMax).
+        nc.spec
+            .requirements
+            .iter()
+            .filter(|r| r.key == label::INSTANCE_TYPE)
+            .flat_map(|r| r.values.iter())
+            .filter_map(|n| catalog.iter().find(|it| &it.name == n))
+            .map(|it| it.capacity)
+            .reduce(|a, b| a.max(&b))
+            .unwrap_or_default()
+    }
+
+    /// One pass over the current provisionable pods.
+    pub async fn provision_once(&self) -> Result<PassOutcome, ProvisionError> {
+        let pods = self.provisionable_pods();
+        let ctl = ControllerLabel {
+            controller: "provisioner".into(),
+        };
+        self.metrics
+            .queue_depth
+            .get_or_create(&ctl)
+            .set(pods.len() as i64);
+        self.metrics
+            .pods_state
+            .get_or_create(&PodState {
+                state: "provisionable".into(),
+            })
+            .set(pods.len() as i64);
+        if pods.is_empty() {
+            return Ok(PassOutcome::default());
+        }
+        tracing::info!(pods = pods.len(), "found provisionable pod(s)");
+        let catalog = self.catalog.instance_types().await?;
+
+        let pools: Vec<Arc<NodePool>> = {
+            let mut p: Vec<Arc<NodePool>> = self
+                .state
+                .nodepools
+                .state()
+                .into_iter()
+                .filter(|np| is_managed_pool(np))
+                .filter(|np| {
+                    // Skip pools whose KCNodeClass is missing or reported not Ready.
+                    let name = &np.spec.template.spec.node_class_ref.name;
+                    self.state.nodeclasses.state().iter().any(|c| {
+                        &c.name_any() == name
+                            && c.status.as_ref().is_none_or(|s| {
+                                s.conditions
+                                    .iter()
+                                    .all(|c| c.type_ != "Ready" || c.status != "False")
+                            })
+                    })
+                })
+                .collect();
+            p.sort_by_key(|np| np.name_any());
+            p
+        };
+        let claims = self.state.nodeclaims.state();
+        let nodes = self.state.nodes.state();
+        let all_pods = self.state.pods.state();
+
+        let mut in_use: HashMap<String, (Resources, u64)> = HashMap::new();
+        for nc in &claims {
+            if nc.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Some(pool) = nc.labels().get(label::NODEPOOL) {
+                let e = in_use.entry(pool.clone()).or_default();
+                e.0 = e.0.add(&Self::claim_capacity(nc, &catalog));
+                e.1 += 1;
+            }
+        }
+        let pool_inputs: Vec<NodePoolInput> = pools
+            .iter()
+            .map(|np| {
+                let (r, n) = in_use.get(&np.name_any()).copied().unwrap_or_default();
+                translate::nodepool_input(np, r, n)
+            })
+            .collect();
+
+        let mut bound: HashMap<String, Vec<Pod>> = HashMap::new();
+        for p in &all_pods {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                bound.entry(node).or_default().push((**p).clone());
+            }
+        }
+        let claim_by_node: HashMap<String, &Arc<NodeClaim>> = claims
+            .iter()
+            .filter_map(|c| c.status.as_ref()?.node_name.clone().map(|n| (n, c)))
+            .collect();
+        let mut existing: Vec<ExistingNode> = Vec::new();
+        for node in &nodes {
+            if node.metadata.deletion_timestamp.is_some()
+                || node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            {
+                continue;
+            }
+            let name = node.name_any();
+            let startup = claim_by_node
+                .get(&name)
+                .map(|c| {
+                    c.spec
+                        .startup_taints
+                        .iter()
+                        .map(k8s_openapi::api::core::v1::Taint::from)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            let pods = bound.remove(&name).unwrap_or_default();
+            existing.push(translate::existing_node(node, pods, &startup));
+        }
+        for nc in &claims {
+            let registered = nc
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
+            if nc.metadata.deletion_timestamp.is_none() && !registered {
+                existing.push(translate::inflight_node(nc, &catalog));
+            }
+        }
+        let daemonsets: Vec<Pod> = self
+            .state
+            .daemonsets
+            .state()
+            .iter()
+            .filter_map(|ds: &Arc<DaemonSet>| {
+                let t = ds.spec.as_ref()?.template.clone();
+                Some(Pod {
+                    metadata: t.metadata.unwrap_or_default(),
+                    spec: t.spec,
+                    status: None,
+                })
+            })
+            .collect();
+
+        let problem = SchedulingProblem {
+            pods: &pods,
+            node_pools: &pool_inputs,
+            instance_types: &catalog,
+            existing_nodes: &existing,
+            daemonsets: &daemonsets,
+        };
+        let started = Instant::now();
+        let result = Scheduler::new(&*self.ranker, SchedulerOptions::default()).solve(&problem);
+        self.metrics
+            .scheduling_duration
+            .get_or_create(&ctl)
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .unschedulable_pods
+            .get_or_create(&ctl)
+            .set(result.unschedulable.len() as i64);
+        tracing::info!(
+            nodeclaims = result.new_node_claims.len(),
+            pods = pods.len(),
+            duration = ?started.elapsed(),
+            "computed new nodeclaim(s) to fit pod(s)"
+        );
+
+        let mut outcome = PassOutcome {
+            pods: pods.len(),
+            unschedulable: result.unschedulable.len(),
+            ..PassOutcome::default()
+        };
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for draft in &result.new_node_claims {
+            let Some(pool) = pools.iter().find(|p| p.name_any() == draft.node_pool) else {
+                continue;
+            };
+            let name = translate::nodeclaim_name(&draft.node_pool);
+            let nc = translate::nodeclaim_for(draft, pool, name.clone());
+            let created = api.create(&PostParams::default(), &nc).await?;
+            tracing::info!(
+                NodeClaim = %name,
+                NodePool = %draft.node_pool,
+                requests = ?draft.requests,
+                instance_types = %summarize(&draft.instance_types),
+                "created nodeclaim"
+            );
+            self.metrics
+                .nodeclaims_created
+                .get_or_create(&NodePoolReason {
+                    nodepool: draft.node_pool.clone(),
+                    reason: "provisioned".into(),
+                })
+                .inc();
+            let claim_ref = created.object_ref(&());
+            for &i in &draft.pods {
+                self.nominate(&pods[i], &name, Some(&claim_ref)).await;
+            }
+            outcome.created.push(name);
+        }
+        for placement in &result.existing {
+            for &i in &placement.pods {
+                self.nominate(&pods[i], &placement.node, None).await;
+                outcome.nominated_existing += 1;
+            }
+        }
+        let mut limited: BTreeMap<String, usize> = BTreeMap::new();
+        for u in &result.unschedulable {
+            let pod = &pods[u.pod];
+            tracing::info!(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default(),
+                reason = %u.reason, "could not schedule pod");
+            self.publish(
+                &pod.object_ref(&()),
+                EventType::Warning,
+                "FailedScheduling",
+                &format!("Failed to schedule pod, {}", u.reason),
+            )
+            .await;
+            for part in u.reason.split("; ") {
+                if let Some(pool) = part
+                    .strip_prefix("nodepool ")
+                    .and_then(|r| r.strip_suffix(": NodePool limits reached"))
+                {
+                    *limited.entry(pool.to_owned()).or_default() += 1;
+                }
+            }
+        }
+        for (pool, count) in limited {
+            if let Some(np) = pools.iter().find(|p| p.name_any() == pool) {
+                self.publish(
+                    &np.object_ref(&()),
+                    EventType::Warning,
+                    "NodePoolLimitsExceeded",
+                    &format!("NodePool limits exceeded: {count} pod(s) cannot get a node from NodePool {pool}"),
+                )
+                .await;
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn nominate(&self, pod: &Pod, target: &str, claim: Option<&ObjectReference>) {
+        if let Some(uid) = pod.metadata.uid.clone() {
+            self.nominations()
+                .insert(uid, (target.to_owned(), Instant::now()));
+        }
+        let what = if claim.is_some() { "nodeclaim" } else { "node" };
+        self.publish(
+            &pod.object_ref(&()),
+            EventType::Normal,
+            "Nominated",
+            &format!("Pod should schedule on: {what}/{target}"),
+        )
+        .await;
+    }
+
+    async fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Provisioning".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, obj).await {
+            tracing::debug!(error = %err, reason, "could not publish event");
+        }
+    }
+
+    /// Forgets nominations older than `max_age` (their claims are long gone or initialized).
+    pub fn prune_nominations(&self, max_age: Duration) {
+        self.nominations()
+            .retain(|_, (_, at)| at.elapsed() < max_age);
+    }
+}
+
+fn summarize(types: &[String]) -> String {
+    let head: Vec<&str> = types.iter().take(5).map(String::as_str).collect();
+    if types.len() > 5 {
+        format!("{} and {} other(s)", head.join(", "), types.len() - 5)
+    } else {
+        head.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn pending(reason: &str) -> Pod {
+        Pod {
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some(reason.into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn provisionable_follows_upstream() {
+        assert!(is_provisionable(&pending("Unschedulable")));
+        assert!(!is_provisionable(&pending("SchedulingGated")));
+        let mut bound = pending("Unschedulable");
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        assert!(!is_provisionable(&bound));
+        let mut preempting = pending("Unschedulable");
+        preempting.status.as_mut().unwrap().nominated_node_name = Some("n2".into());
+        assert!(!is_provisionable(&preempting));
+        let mut ds = pending("Unschedulable");
+        ds.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "DaemonSet".into(),
+            ..Default::default()
+        }]);
+        assert!(!is_provisionable(&ds));
+        assert!(!is_provisionable(&Pod::default()));
+    }
+
+    #[tokio::test]
+    async fn batches_close_on_idle_or_max() {
+        tokio::time::pause();
+        let (tx, mut rx) = mpsc::channel(64);
+        tx.send(()).await.unwrap();
+        tx.send(()).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let n = wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await;
+        assert_eq!(n, 2);
+        // Paused time advances in whole timer ticks (1 ms).
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_millis(1010),
+            "{waited:?}"
+        );
+
+        // A trigger every 500ms keeps the window open until max.
+        let feeder = tokio::spawn(async move {
+            for _ in 0..40 {
+                if tx.send(()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let n = wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await;
+        assert!(n >= 20, "{n}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_010),
+            "{waited:?}"
+        );
+        feeder.abort();
+        let _ = feeder.await;
+        // A closed channel ends the controller.
+        let (tx, mut rx) = mpsc::channel::<()>(1);
+        drop(tx);
+        assert_eq!(
+            wait_batch(&mut rx, Duration::from_secs(1), Duration::from_secs(10)).await,
+            0
+        );
+    }
+
+    #[test]
+    fn only_kcnodeclass_pools_are_managed() {
+        let mut np = kk_engine::scheduling::fixtures::default_nodepool();
+        assert!(is_managed_pool(&np));
+        np.spec.template.spec.node_class_ref.group = "karpenter.kwok.sh".into();
+        assert!(!is_managed_pool(&np));
+    }
+}

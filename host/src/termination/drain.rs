@@ -4,11 +4,8 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use kk_apis::pod::{do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_terminal};
 use kube::ResourceExt;
-
-/// The pod annotation that keeps a pod's node from voluntary disruption.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-const MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// `namespace/name` of a pod to act on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,31 +43,13 @@ impl DrainStep {
     }
 }
 
-fn is_daemonset_pod(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-/// Whether the pod's `karpenter.sh/do-not-disrupt` annotation is `"true"`.
-pub fn do_not_disrupt(pod: &Pod) -> bool {
-    pod.annotations()
-        .get(DO_NOT_DISRUPT)
-        .is_some_and(|v| v == "true")
-}
-
 /// The next step for `pods` (those bound to the node). `deadline` is when the NodeClaim's
 /// terminationGracePeriod ends (`None`: never), after which what is left is deleted.
 pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
     let expired = deadline.is_some_and(|d| now >= d);
     let mut out = DrainStep::default();
     for pod in pods {
-        if is_daemonset_pod(pod) || pod.annotations().contains_key(MIRROR) || is_terminal(pod) {
+        if is_daemonset_pod(pod) || is_mirror_pod(pod) || is_terminal(pod) {
             continue;
         }
         if pod.metadata.deletion_timestamp.is_some() {
@@ -96,6 +75,7 @@ pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainS
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use kk_apis::names::annotation;
     use serde_json::json;
 
     fn pod(name: &str, extra: serde_json::Value) -> Pod {
@@ -123,7 +103,10 @@ mod tests {
             uid: "u".into(),
             ..Default::default()
         }]);
-        let mirror = pod("static", json!({"annotations": {MIRROR: "x"}}));
+        let mirror = pod(
+            "static",
+            json!({"annotations": {annotation::MIRROR_POD: "x"}}),
+        );
         let mut done = pod("job", json!({}));
         done.status = Some(k8s_openapi::api::core::v1::PodStatus {
             phase: Some("Succeeded".into()),
@@ -144,7 +127,10 @@ mod tests {
 
     #[test]
     fn do_not_disrupt_holds_until_the_grace_period_ends() {
-        let held = pod("db", json!({"annotations": {DO_NOT_DISRUPT: "true"}}));
+        let held = pod(
+            "db",
+            json!({"annotations": {annotation::DO_NOT_DISRUPT: "true"}}),
+        );
         let s = step(std::slice::from_ref(&held), at(10), Some(at(100)));
         assert_eq!(s.held.len(), 1);
         assert!(s.evict.is_empty());

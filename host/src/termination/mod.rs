@@ -11,6 +11,7 @@
 
 pub mod drain;
 
+use kk_apis::names::{annotation, finalizer, label, taint};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,21 +28,15 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::crd::NodeClaim;
-use crate::disruption::build::pdb_blocked;
-use crate::kakaocloud::{self, DeleteOwnedError};
-use crate::lifecycle::parse_provider_id;
 use crate::metrics::{ActionLabel, Metrics, NodePoolReason};
-use crate::ownership::KeyringHandle;
-use crate::provisioning::requirements::LABEL_NODEPOOL;
-use crate::provisioning::translate::FINALIZER;
+use kakaocloud::ownership::KeyringHandle;
+use kakaocloud::{self, DeleteOwnedError};
+use kk_apis::crd::NodeClaim;
+use kk_apis::pod::pdb_blocked;
+use kk_apis::provider_id::parse_provider_id;
 
-/// The taint a node being disrupted carries, so nothing new schedules onto it.
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// How long one eviction call may take (the client retries 429s internally).
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
-/// The label tying a Node to its NodeClaim.
-const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 
 /// What termination needs.
 pub struct Terminator {
@@ -66,7 +61,7 @@ pub enum Error {
 
 fn disrupted_taint() -> Taint {
     Taint {
-        key: DISRUPTED_TAINT.into(),
+        key: taint::DISRUPTED.into(),
         effect: "NoSchedule".into(),
         value: None,
         time_added: None,
@@ -80,7 +75,7 @@ impl Terminator {
         let nodes: Api<Node> = Api::all(self.client.clone());
         Controller::new(claims, watcher::Config::default())
             .watches(nodes, watcher::Config::default(), |node: Node| {
-                node.labels().get(LABEL_NODECLAIM).map(|n| ObjectRef::<NodeClaim>::new(n))
+                node.labels().get(label::NODECLAIM).map(|n| ObjectRef::<NodeClaim>::new(n))
             })
             .run(
                 |nc, ctx: Arc<Terminator>| async move { ctx.reconcile(&nc).await },
@@ -108,7 +103,10 @@ impl Terminator {
     }
 
     fn pool(nc: &NodeClaim) -> String {
-        nc.labels().get(LABEL_NODEPOOL).cloned().unwrap_or_default()
+        nc.labels()
+            .get(label::NODEPOOL)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// One step of one NodeClaim's termination.
@@ -132,7 +130,7 @@ impl Terminator {
             }
             return Ok(Action::await_change());
         }
-        if !nc.finalizers().iter().any(|f| f == FINALIZER) || node_name.is_none() {
+        if !nc.finalizers().iter().any(|f| f == finalizer::TERMINATION) || node_name.is_none() {
             return Ok(Action::await_change());
         }
         if let Some(node) = &node
@@ -186,7 +184,7 @@ impl Terminator {
             .as_ref()
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
-        if !taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
+        if !taints.iter().any(|t| t.key == taint::DISRUPTED) {
             taints.push(disrupted_taint());
             let patch = json!({"spec": {"taints": taints}});
             nodes
@@ -196,7 +194,10 @@ impl Terminator {
                 nc,
                 EventType::Normal,
                 "Draining",
-                format!("tainted {name} {DISRUPTED_TAINT}:NoSchedule and draining it"),
+                format!(
+                    "tainted {name} {}:NoSchedule and draining it",
+                    taint::DISRUPTED
+                ),
             )
             .await;
         }
@@ -267,7 +268,7 @@ impl Terminator {
                 "DisruptionBlocked",
                 format!(
                     "{} holds the node until terminationGracePeriod ends: {}",
-                    drain::DO_NOT_DISRUPT,
+                    annotation::DO_NOT_DISRUPT,
                     held.join(", ")
                 ),
             )
@@ -362,10 +363,13 @@ async fn release<K>(
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    if !finalizers.iter().any(|f| f == FINALIZER) {
+    if !finalizers.iter().any(|f| f == finalizer::TERMINATION) {
         return Ok(());
     }
-    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+    let kept: Vec<&String> = finalizers
+        .iter()
+        .filter(|f| *f != finalizer::TERMINATION)
+        .collect();
     let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": version}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))

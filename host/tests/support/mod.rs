@@ -10,16 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use kakaocloud::ownership::{Keyring, KeyringHandle};
 use kakaocloud_sim::{SimConfig, Simulator};
 use karpenter_kakaocloud::config::Settings;
-use karpenter_kakaocloud::crd;
-use karpenter_kakaocloud::kakaocloud;
+use karpenter_kakaocloud::lifecycle::JoinInfo;
 use karpenter_kakaocloud::lifecycle::bootstrap::ca_cert_hash;
-use karpenter_kakaocloud::lifecycle::{JoinInfo, UserdataRenderer};
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{Operator, Plugins};
-use karpenter_kakaocloud::ownership::{Keyring, KeyringHandle};
-use karpenter_kakaocloud::provisioning::InstanceRanker;
+use kk_apis::crd;
+use kk_engine::scheduling::InstanceRanker;
+use kk_engine::userdata::UserdataRenderer;
 use kube::api::Api;
 use serde_json::{Value, json};
 

@@ -21,9 +21,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kakaocloud_sim::{BootedInstance, SimConfig, Simulator};
-use karpenter_kakaocloud::crd;
-use karpenter_kakaocloud::lifecycle::CILIUM_AGENT_NOT_READY;
-use karpenter_kakaocloud::lifecycle::userdata::parse_registration;
+use kk_apis::crd;
+use kk_apis::names::taint::CILIUM_AGENT_NOT_READY;
+use kk_engine::userdata::parse_registration;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::Value;
 
@@ -92,8 +92,8 @@ pub fn plugin_configmap_json(
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "labels": {karpenter_kakaocloud::plugins::WORLD_LABEL: world},
-            "annotations": {karpenter_kakaocloud::plugins::DIGEST_ANNOTATION: digest},
+            "labels": {kk_apis::names::label::PLUGIN_WORLD: world},
+            "annotations": {kk_apis::names::annotation::PLUGIN_SHA256: digest},
         },
         "data": {"config.json": config},
         "binaryData": {"plugin.wasm": base64::Engine::encode(
@@ -197,7 +197,7 @@ impl Cluster {
     /// Starts a private control plane and the simulator (its cluster endpoint pointed at the
     /// control plane, its boot hook registering Nodes), and registers the managed node.
     pub async fn start(sim: SimConfig) -> anyhow::Result<Cluster> {
-        karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+        kakaocloud::install_crypto_provider();
         let cp = controlplane::start(controlplane::Options::default()).await?;
         let kube = cp.client().await;
         let sim = Simulator::start(sim).await?;
@@ -627,7 +627,7 @@ helm upgrade --install karpenter-provider-kakaocloud \
     /// Returns the component's sha256.
     pub fn swap_selector(&self, crate_file: &str, config: &str) -> anyhow::Result<String> {
         let wasm = read_plugin(crate_file)?;
-        let digest = karpenter_kakaocloud::plugins::engine::sha256_hex(&wasm);
+        let digest = kk_plugin_runtime::engine::sha256_hex(&wasm);
         let cm = plugin_configmap_json(
             "instance-selector",
             "instance-selector",
@@ -817,7 +817,7 @@ spec:
     }
 
     /// Instances of the simulator (not deleted).
-    pub fn instances(&self) -> Vec<karpenter_kakaocloud::kakaocloud::api::Instance> {
+    pub fn instances(&self) -> Vec<kakaocloud::api::Instance> {
         self.sim.instances()
     }
 }
@@ -949,10 +949,7 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            provider_id: Some(karpenter_kakaocloud::lifecycle::provider_id(
-                &booted.zone,
-                &booted.id,
-            )),
+            provider_id: Some(kk_apis::provider_id::provider_id(&booted.zone, &booted.id)),
             taints: (!reg.taints.is_empty()).then_some(reg.taints.clone()),
             ..Default::default()
         }),

@@ -5,13 +5,13 @@
 //! Flavor names follow KakaoCloud's published families (`t1i`, `m2a`, `c2a`,
 //! `r2a`, GPU `gn1i`/`p2i`); sizes and prices are illustrative where no public
 //! source fixes them (see `docs/kakaocloud-api.md`). Prices come from the
-//! client's own table, [`karpenter_kakaocloud::kakaocloud::pricing`], so the
+//! client's own table, [`kakaocloud::pricing`], so the
 //! simulator and the controller agree.
 
 use std::collections::BTreeMap;
 
-use karpenter_kakaocloud::kakaocloud::api;
-use karpenter_kakaocloud::kakaocloud::pricing;
+use kakaocloud::api;
+use kakaocloud::pricing;
 
 /// Availability zones of kr-central-2.
 pub const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];

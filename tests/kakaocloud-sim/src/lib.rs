@@ -4,7 +4,7 @@
 //! Network, Image, Volume and Kubernetes Engine, each under its own path
 //! prefix (`http://127.0.0.1:PORT/bcs`, `.../kubernetes-engine`, ...), with
 //! exactly the request and response shapes of
-//! [`karpenter_kakaocloud::kakaocloud::api`]. The client reaches it through
+//! [`kakaocloud::api`]. The client reaches it through
 //! per-service endpoint overrides ([`Simulator::client_config`],
 //! [`Simulator::endpoint_overrides`]); it cannot tell it from the real cloud
 //! otherwise.
@@ -13,7 +13,7 @@
 //! # async fn demo() -> anyhow::Result<()> {
 //! use kakaocloud_sim::{SimConfig, Simulator};
 //! let sim = Simulator::start(SimConfig::default()).await?;
-//! let client = karpenter_kakaocloud::kakaocloud::Client::new(sim.client_config(), sim.credentials())?;
+//! let client = kakaocloud::Client::new(sim.client_config(), sim.credentials())?;
 //! let flavors = client.flavors().list().await?;
 //! # let _ = flavors; sim.shutdown().await; Ok(()) }
 //! ```
@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use karpenter_kakaocloud::kakaocloud::{self, Service, api};
+use kakaocloud::{self, Service, api};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
-use karpenter_kakaocloud::kakaocloud::api::{self, error_codes, paths};
-use karpenter_kakaocloud::kakaocloud::naming;
+use kakaocloud::api::{self, error_codes, paths};
+use kakaocloud::naming;
 use rand::Rng;
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -1375,7 +1375,7 @@ async fn admin_requests(AxState(shared): S) -> Response {
 }
 
 async fn admin_endpoints(AxState(shared): S) -> Response {
-    let endpoints: BTreeMap<&str, String> = karpenter_kakaocloud::kakaocloud::Service::ALL
+    let endpoints: BTreeMap<&str, String> = kakaocloud::Service::ALL
         .iter()
         .map(|svc| {
             (

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use kakaocloud_sim::{SimConfig, Simulator, routes};
 
 fn http() -> reqwest::Client {
-    karpenter_kakaocloud::kakaocloud::install_crypto_provider();
+    kakaocloud::install_crypto_provider();
     reqwest::Client::new()
 }
 

@@ -1,0 +1,42 @@
+//! The hashes drift compares: what a NodePool stamps on its nodes and what a KCNodeClass
+//! shapes an instance with. Launch stamps them on NodeClaims; disruption compares them.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::crd::{KCNodeClassSpec, NodePoolSpec};
+
+/// Version of [`nodepool_hash`]; hashes of different versions are never compared.
+pub const NODEPOOL_HASH_VERSION: &str = "v3";
+
+fn short_hash<T: Serialize>(value: &T) -> String {
+    // Serialising plain data cannot fail; an empty input still hashes deterministically.
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..8])
+}
+
+/// Hash of what a NodePool stamps on its nodes, excluding requirements (checked on their own)
+/// and the disruption settings and limits (they do not change a node).
+pub fn nodepool_hash(spec: &NodePoolSpec) -> String {
+    let t = &spec.template;
+    short_hash(&(
+        &t.metadata,
+        &t.spec.taints,
+        &t.spec.startup_taints,
+        &t.spec.node_class_ref,
+        &t.spec.expire_after,
+        &t.spec.termination_grace_period,
+    ))
+}
+
+/// Hash of the KCNodeClass fields that shape an instance.
+pub fn nodeclass_hash(spec: &KCNodeClassSpec) -> String {
+    short_hash(&(
+        &spec.subnet_selector_terms,
+        &spec.security_group_selector_terms,
+        &spec.root_volume,
+        &spec.bootstrap,
+        &spec.key_name,
+        &spec.tags,
+    ))
+}

@@ -1,0 +1,119 @@
+//! Every well-known name the project reads or writes on Kubernetes objects, defined once
+//! (like upstream Karpenter's `pkg/apis/v1/labels.go`).
+//!
+//! Invariant: no other module spells one of these strings. A test in the host's integration
+//! binary (`layout`) greps the host crates for the prefixes below and fails on a second copy,
+//! because a copy that drifts is how a controller ends up watching a label nothing sets.
+
+/// Labels on Nodes and NodeClaims (and the keys NodePool requirements may use).
+pub mod label {
+    pub const ZONE: &str = "topology.kubernetes.io/zone";
+    pub const REGION: &str = "topology.kubernetes.io/region";
+    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    pub const ARCH: &str = "kubernetes.io/arch";
+    pub const OS: &str = "kubernetes.io/os";
+    pub const HOSTNAME: &str = "kubernetes.io/hostname";
+    pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+    pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+    /// The owning NodePool, on NodeClaims and Nodes.
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    /// Set once the Node registered / initialized (upstream's labels).
+    pub const REGISTERED: &str = "karpenter.sh/registered";
+    pub const INITIALIZED: &str = "karpenter.sh/initialized";
+    /// The Kubernetes Engine node-pool label the install guide selects on.
+    pub const KKE_NODEPOOL: &str = "kakaoi.io/kke-nodepool";
+    /// The KCNodeClass a node was launched from.
+    pub const NODECLASS: &str = "karpenter.kakaocloud.com/kcnodeclass";
+    /// Which NodeClaim a Node belongs to: the kubelet sets it from the userdata's node labels,
+    /// so controllers map a Node event to its NodeClaim before the providerID is matched.
+    pub const NODECLAIM: &str = "karpenter.kakaocloud.com/nodeclaim";
+    pub const INSTANCE_FAMILY: &str = "karpenter.kakaocloud.com/instance-family";
+    pub const INSTANCE_SIZE: &str = "karpenter.kakaocloud.com/instance-size";
+    pub const INSTANCE_CPU: &str = "karpenter.kakaocloud.com/instance-cpu";
+    pub const INSTANCE_MEMORY: &str = "karpenter.kakaocloud.com/instance-memory";
+    pub const INSTANCE_GPU_COUNT: &str = "karpenter.kakaocloud.com/instance-gpu-count";
+    pub const INSTANCE_GPU_NAME: &str = "karpenter.kakaocloud.com/instance-gpu-name";
+    /// The KakaoCloud flavor ID behind an instance type (launch needs the ID, not the name).
+    pub const FLAVOR_ID: &str = "karpenter.kakaocloud.com/flavor-id";
+    /// Which world a plugin ConfigMap implements.
+    pub const PLUGIN_WORLD: &str = "karpenter.kakaocloud.com/plugin-world";
+
+    /// Labels every node has whether or not a NodePool mentions them: a pod may constrain them
+    /// even when the NodePool leaves them open (Karpenter's "well-known labels").
+    pub const WELL_KNOWN: [&str; 8] = [
+        ZONE,
+        REGION,
+        INSTANCE_TYPE,
+        ARCH,
+        OS,
+        HOSTNAME,
+        CAPACITY_TYPE,
+        WINDOWS_BUILD,
+    ];
+}
+
+/// Annotations.
+pub mod annotation {
+    /// On a pod or node: keep it from voluntary disruption.
+    pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// On a Node: Karpenter leaves its taints alone.
+    pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+    /// The NodePool template hash, on NodePools and the NodeClaims made from them.
+    pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+    /// Version of the hash algorithm; hashes of different versions are not compared.
+    pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+    /// The KCNodeClass spec hash, on KCNodeClasses and the NodeClaims launched from them.
+    pub const NODECLASS_HASH: &str = "karpenter.kakaocloud.com/kcnodeclass-hash";
+    /// Subnet the instance was launched in (set at launch).
+    pub const SUBNET: &str = "karpenter.kakaocloud.com/subnet-id";
+    /// Comma-separated security-group IDs the instance was launched with.
+    pub const SECURITY_GROUPS: &str = "karpenter.kakaocloud.com/security-group-ids";
+    /// sha256 of a plugin ConfigMap's component.
+    pub const PLUGIN_SHA256: &str = "karpenter.kakaocloud.com/plugin-sha256";
+    /// Marks a static (mirror) pod.
+    pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+    /// The ReplicaSet controller's preference for which pod to remove first.
+    pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+}
+
+/// Taint keys.
+pub mod taint {
+    /// Put on a node being disrupted (NoSchedule), so nothing new lands there.
+    pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// Put on a node at registration until Karpenter has synced it (NoExecute).
+    pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
+    /// Cilium's agent removes it when the node's networking is up (a startup taint).
+    pub const CILIUM_AGENT_NOT_READY: &str = "node.cilium.io/agent-not-ready";
+    /// Taints the node lifecycle controller and cloud controllers add and remove on their own;
+    /// they never count as a node's own taints.
+    pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+    pub const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+    pub const EPHEMERAL: [&str; 3] = [NOT_READY, UNREACHABLE, UNINITIALIZED];
+}
+
+/// Finalizers.
+pub mod finalizer {
+    /// On NodeClaims and Nodes: drain and delete the instance before the object goes.
+    pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// On KCNodeClasses while NodeClaims use them.
+    pub const NODECLASS: &str = "karpenter.kakaocloud.com/termination";
+}
+
+/// Condition types.
+pub mod condition {
+    pub const READY: &str = "Ready";
+    /// NodeClaim phases.
+    pub const LAUNCHED: &str = "Launched";
+    pub const REGISTERED: &str = "Registered";
+    pub const INITIALIZED: &str = "Initialized";
+    /// KCNodeClass parts.
+    pub const KUBERNETES_VERSION_READY: &str = "KubernetesVersionReady";
+    pub const IMAGES_READY: &str = "ImagesReady";
+    pub const SUBNETS_READY: &str = "SubnetsReady";
+    pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+    pub const KEY_PAIR_READY: &str = "KeyPairReady";
+}
+
+/// The only capacity type KakaoCloud sells (no spot market).
+pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";

@@ -1,0 +1,106 @@
+//! Pod predicates shared by provisioning, disruption and termination: which pods Karpenter
+//! provisions for, which hold their node, which a PodDisruptionBudget protects right now.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube_core::ResourceExt;
+
+use crate::names::annotation;
+
+/// Whether kube-scheduler gave up on `pod` and Karpenter should find it a node
+/// (upstream `IsProvisionable`).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let spec_ok = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.node_name.as_deref().is_none_or(str::is_empty));
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let pending = status.phase.as_deref().is_none_or(|p| p == "Pending");
+    let not_preempting = status
+        .nominated_node_name
+        .as_deref()
+        .is_none_or(str::is_empty);
+    let unschedulable = status.conditions.iter().flatten().any(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    });
+    let owned_by_daemon_or_node = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    spec_ok && pending && not_preempting && unschedulable && !owned_by_daemon_or_node
+}
+
+/// Whether the pod's `karpenter.sh/do-not-disrupt` annotation is `"true"`.
+pub fn do_not_disrupt(pod: &Pod) -> bool {
+    pod.annotations()
+        .get(annotation::DO_NOT_DISRUPT)
+        .is_some_and(|v| v == "true")
+}
+
+/// Owned by a DaemonSet: drains leave it, simulations count it as node overhead.
+pub fn is_daemonset_pod(pod: &Pod) -> bool {
+    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
+}
+
+/// A static pod's mirror: the kubelet owns it, the API cannot evict it.
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.annotations().contains_key(annotation::MIRROR_POD)
+}
+
+/// Succeeded or Failed: it holds nothing on its node.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether `selector` selects `labels`. A missing selector selects nothing (a PDB without one
+/// protects no pod); an empty one selects everything.
+pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    let Some(sel) = selector else { return false };
+    let labels_ok = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+/// A PodDisruptionBudget covering `pod` allows no disruption now.
+pub fn pdb_blocked(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> bool {
+    let ns = pod.namespace().unwrap_or_default();
+    pdbs.iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .any(|p| {
+            let allowed = p.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+            allowed <= 0
+                && selects(
+                    p.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                    pod.labels(),
+                )
+        })
+}

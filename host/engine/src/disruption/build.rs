@@ -1,0 +1,276 @@
+//! From Kubernetes objects to a [`ClusterSnapshot`]: the only place disruption reads the API
+//! types, so the rules stay pure.
+
+use kk_apis::names::{annotation, label, taint};
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kk_apis::ResourceExt;
+
+use super::drift;
+use super::model::{ClusterSnapshot, NodeState, PodState, PoolState};
+use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
+
+use crate::scheduling::{InstanceType, Resources, resources, translate};
+use kk_apis::pod::{do_not_disrupt, is_provisionable, pdb_blocked};
+
+/// Everything a snapshot is built from (the reflector stores' contents and a PDB list).
+pub struct Objects<'a> {
+    pub now: Timestamp,
+    pub pools: &'a [NodePool],
+    pub claims: &'a [NodeClaim],
+    pub nodes: &'a [Node],
+    pub pods: &'a [Pod],
+    pub classes: &'a [KCNodeClass],
+    pub pdbs: &'a [PodDisruptionBudget],
+    pub instance_types: Vec<InstanceType>,
+}
+
+fn pod_state(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> PodState {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let requests = resources::pod_requests(&spec).unwrap_or(Resources::ZERO);
+    let mut state = PodState::new(
+        &pod.namespace().unwrap_or_default(),
+        &pod.name_any(),
+        requests,
+    );
+    state.daemonset = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    state.mirror = pod
+        .annotations()
+        .contains_key("kubernetes.io/config.mirror");
+    state.terminating = pod.metadata.deletion_timestamp.is_some()
+        || matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+    state.do_not_disrupt = do_not_disrupt(pod);
+    state.pdb_blocked = pdb_blocked(pod, pdbs);
+    state.priority = spec.priority.unwrap_or(0);
+    state.deletion_cost = pod
+        .annotations()
+        .get("controller.kubernetes.io/pod-deletion-cost")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    state.node_selector = spec.node_selector.clone().unwrap_or_default();
+    let affinity = spec.affinity.as_ref();
+    state.affinity_terms = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.clone())
+        .unwrap_or_default();
+    state.tolerations = spec.tolerations.clone().unwrap_or_default();
+    let host_ports = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.host_port.is_some());
+    state.needs_full_simulation = host_ports
+        || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+        || spec
+            .topology_spread_constraints
+            .as_ref()
+            .is_some_and(|t| !t.is_empty());
+    state
+}
+
+fn pool_state(pool: &NodePool) -> PoolState {
+    let mut state = PoolState::new(pool.name_any());
+    let d = &pool.spec.disruption;
+    state.weight = pool.spec.weight.unwrap_or(0);
+    state.consolidation_policy = d.consolidation_policy;
+    state.consolidate_after = d.consolidate_after.duration();
+    state.expire_after = pool.spec.template.spec.expire_after.duration();
+    state.budgets = d.budgets.clone();
+    state.requirements = translate::nodepool_input(pool, Resources::ZERO, 0).requirements;
+    state.labels = pool
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
+    state.taints = pool
+        .spec
+        .template
+        .spec
+        .taints
+        .iter()
+        .map(Into::into)
+        .collect();
+    state
+}
+
+fn condition_true(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
+    claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+}
+
+fn price_of(types: &[InstanceType], name: &str, zone: &str, capacity_type: &str) -> u64 {
+    let Some(it) = types.iter().find(|t| t.name == name) else {
+        return 0;
+    };
+    it.offerings
+        .iter()
+        .filter(|o| o.zone == zone && o.capacity_type == capacity_type)
+        .map(|o| o.price_micros)
+        .min()
+        .or_else(|| it.offerings.iter().map(|o| o.price_micros).min())
+        .unwrap_or(0)
+}
+
+fn node_state(claim: &NodeClaim, node: Option<&Node>, o: &Objects<'_>) -> NodeState {
+    let labels: BTreeMap<String, String> = node
+        .map(|n| n.labels().clone())
+        .unwrap_or_else(|| claim.labels().clone());
+    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    let pool_name = claim.labels().get(label::NODEPOOL).cloned();
+    let allocatable = node
+        .and_then(|n| n.status.as_ref()?.allocatable.as_ref())
+        .and_then(|a| resources::from_list(a).ok())
+        .or_else(|| {
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| resources::from_list(&s.allocatable).ok())
+        })
+        .unwrap_or_default();
+    let created = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(o.now, |t| t.0);
+    let name = node
+        .map(|n| n.name_any())
+        .unwrap_or_else(|| claim.name_any());
+    let mut state = NodeState::new(
+        name.clone(),
+        pool_name.as_deref().unwrap_or(""),
+        &label(label::INSTANCE_TYPE),
+        0,
+        allocatable,
+        created,
+    );
+    state.node_pool = pool_name.clone();
+    state.nodeclaim = Some(claim.name_any());
+    state.zone = label(label::ZONE);
+    state.capacity_type = labels
+        .get(label::CAPACITY_TYPE)
+        .cloned()
+        .unwrap_or_else(|| "on-demand".into());
+    state.price_micros = price_of(
+        &o.instance_types,
+        &state.instance_type,
+        &state.zone,
+        &state.capacity_type,
+    );
+    let taints = node
+        .and_then(|n| n.spec.as_ref()?.taints.clone())
+        .unwrap_or_default();
+    state.deleting = claim.metadata.deletion_timestamp.is_some()
+        || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+        || taints.iter().any(|t| t.key == taint::DISRUPTED);
+    state.taints = taints;
+    state.labels = labels;
+    let initialized_at = condition_true(claim, "Initialized");
+    state.initialized = node.is_some() && initialized_at.is_some();
+    state.ready = node
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    state.do_not_disrupt = node.is_some_and(|n| {
+        n.annotations()
+            .get(drain_annotation())
+            .is_some_and(|v| v == "true")
+    });
+    let last_pod = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.last_pod_event_time.as_ref())
+        .map(|t| t.0);
+    state.last_pod_event = last_pod.max(initialized_at);
+    state.expire_after = claim.spec.expire_after.duration();
+    if let Some(pool) = pool_name
+        .as_deref()
+        .and_then(|p| o.pools.iter().find(|np| np.name_any() == p))
+    {
+        let class = o
+            .classes
+            .iter()
+            .find(|c| c.name_any() == claim.spec.node_class_ref.name);
+        state.drift = drift::detect(claim, pool, class);
+    }
+    state.pods = o
+        .pods
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+        .map(|p| pod_state(p, o.pdbs))
+        .collect();
+    state
+}
+
+fn drain_annotation() -> &'static str {
+    annotation::DO_NOT_DISRUPT
+}
+
+/// Builds the snapshot: one node per NodeClaim, and unmanaged Nodes that can receive pods.
+pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
+    let mut nodes = Vec::with_capacity(o.claims.len());
+    for claim in o.claims {
+        let node_name = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        let node = node_name.and_then(|n| o.nodes.iter().find(|x| x.name_any() == n));
+        nodes.push(node_state(claim, node, &o));
+    }
+    for node in o.nodes {
+        if nodes.iter().any(|n| n.name == node.name_any())
+            || node.labels().contains_key(label::NODEPOOL)
+        {
+            continue;
+        }
+        // A node Karpenter does not manage: pods may move onto it, it is never a candidate.
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .and_then(|a| resources::from_list(a).ok())
+            .unwrap_or_default();
+        let mut state = NodeState::new(node.name_any(), "", "", 0, allocatable, o.now);
+        state.nodeclaim = None;
+        state.node_pool = None;
+        state.labels = node.labels().clone();
+        state.taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let name = node.name_any();
+        state.pods = o
+            .pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+            .map(|p| pod_state(p, o.pdbs))
+            .collect();
+        nodes.push(state);
+    }
+    let pending_pods = o
+        .pods
+        .iter()
+        .filter(|p| is_provisionable(p))
+        .map(|p| pod_state(p, o.pdbs))
+        .collect();
+    ClusterSnapshot {
+        now: o.now,
+        pools: o.pools.iter().map(pool_state).collect(),
+        nodes,
+        instance_types: o.instance_types,
+        pending_pods,
+    }
+}

@@ -1,0 +1,561 @@
+//! The disruption methods, in upstream's order, over one [`ClusterSnapshot`].
+//!
+//! Forceful: expiration (not budgeted, pod blockers ignored; a replacement is still launched first
+//! when the pods need one). Graceful, one method acting per pass: emptiness (every empty
+//! consolidatable node within budget, one command), drift (one node per command, replaced if its
+//! pods need a node), multi-node consolidation (binary search over the scored candidate prefix for
+//! the largest set that can be deleted or replaced by one cheaper node) and single-node
+//! consolidation (the best-scored candidate with a valid action).
+
+use std::time::Duration;
+
+use super::budgets::BudgetTracker;
+use super::model::{ClusterSnapshot, NodeState, Reason};
+use super::scorer::{self, ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError};
+use super::simulate::{Outcome, Simulator};
+use crate::scheduling::resources::Dim;
+use kk_apis::crd::nodepool::ConsolidationPolicy;
+
+/// Upstream caps multi-node consolidation at this many candidates.
+pub const MULTI_NODE_CANDIDATE_CAP: usize = 100;
+
+/// Which method produced a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Expiration,
+    Emptiness,
+    Drift,
+    MultiNodeConsolidation,
+    SingleNodeConsolidation,
+}
+
+impl Method {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Method::Expiration => "expiration",
+            Method::Emptiness => "emptiness",
+            Method::Drift => "drift",
+            Method::MultiNodeConsolidation => "multi-node-consolidation",
+            Method::SingleNodeConsolidation => "single-node-consolidation",
+        }
+    }
+}
+
+/// The new node a command launches before it drains the candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    pub node_pool: String,
+    /// Instance types it may launch as, cheapest first.
+    pub instance_types: Vec<String>,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_micros: u64,
+}
+
+/// One decision: take these nodes away, after launching the replacement if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub method: Method,
+    pub reason: Reason,
+    /// Indices into [`ClusterSnapshot::nodes`].
+    pub candidates: Vec<usize>,
+    pub replacement: Option<Replacement>,
+    /// Hourly price of the candidates minus the replacement's (negative for a pricier drift replacement).
+    pub savings_micros: i64,
+}
+
+impl Command {
+    pub fn node_names<'s>(&self, snapshot: &'s ClusterSnapshot) -> Vec<&'s str> {
+        self.candidates
+            .iter()
+            .map(|&i| snapshot.nodes[i].name.as_str())
+            .collect()
+    }
+}
+
+/// Why a node is not a candidate (for events and logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    Unmanaged,
+    NotInitialized,
+    Deleting,
+    Nominated,
+    NodeDoNotDisrupt,
+    UnknownNodePool,
+    PodDoNotDisrupt(String),
+    PdbBlocked(String),
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::Unmanaged => f.write_str("node is not managed by Karpenter"),
+            Blocker::NotInitialized => f.write_str("node is not initialized"),
+            Blocker::Deleting => f.write_str("node is already being deleted"),
+            Blocker::Nominated => f.write_str("node was just nominated for pending pods"),
+            Blocker::NodeDoNotDisrupt => f.write_str("node has karpenter.sh/do-not-disrupt"),
+            Blocker::UnknownNodePool => f.write_str("node's NodePool does not exist"),
+            Blocker::PodDoNotDisrupt(p) => write!(f, "pod {p} has karpenter.sh/do-not-disrupt"),
+            Blocker::PdbBlocked(p) => write!(f, "a PodDisruptionBudget forbids evicting pod {p}"),
+        }
+    }
+}
+
+/// Node-level checks every method shares.
+pub fn node_blocker(snapshot: &ClusterSnapshot, node: &NodeState) -> Option<Blocker> {
+    if !node.managed() {
+        return Some(Blocker::Unmanaged);
+    }
+    if node.deleting {
+        return Some(Blocker::Deleting);
+    }
+    if !node.initialized {
+        return Some(Blocker::NotInitialized);
+    }
+    if node.nominated {
+        return Some(Blocker::Nominated);
+    }
+    if node.do_not_disrupt {
+        return Some(Blocker::NodeDoNotDisrupt);
+    }
+    if node
+        .node_pool
+        .as_deref()
+        .and_then(|p| snapshot.pool(p))
+        .is_none()
+    {
+        return Some(Blocker::UnknownNodePool);
+    }
+    None
+}
+
+/// Node- and pod-level checks of graceful methods.
+pub fn blocker(snapshot: &ClusterSnapshot, node: &NodeState) -> Option<Blocker> {
+    if let Some(b) = node_blocker(snapshot, node) {
+        return Some(b);
+    }
+    for p in node.reschedulable_pods() {
+        if p.do_not_disrupt {
+            return Some(Blocker::PodDoNotDisrupt(format!(
+                "{}/{}",
+                p.namespace, p.name
+            )));
+        }
+        if p.pdb_blocked {
+            return Some(Blocker::PdbBlocked(format!("{}/{}", p.namespace, p.name)));
+        }
+    }
+    None
+}
+
+fn elapsed(snapshot: &ClusterSnapshot, since: jiff::Timestamp) -> Duration {
+    let secs = snapshot.now.as_second().saturating_sub(since.as_second());
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+/// Whether `consolidateAfter` has passed since the node's last pod event (and is not `Never`).
+pub fn consolidatable(snapshot: &ClusterSnapshot, node: &NodeState) -> bool {
+    let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
+        return false;
+    };
+    let Some(after) = pool.consolidate_after else {
+        return false;
+    };
+    let since = node.last_pod_event.unwrap_or(node.created);
+    node.initialized && elapsed(snapshot, since) >= after
+}
+
+/// Whether the node outlived its `expireAfter` (the NodeClaim's, else its pool's).
+pub fn expired(snapshot: &ClusterSnapshot, node: &NodeState) -> bool {
+    let pool_expiry = node
+        .node_pool
+        .as_deref()
+        .and_then(|p| snapshot.pool(p))
+        .and_then(|p| p.expire_after);
+    match node.expire_after.or(pool_expiry) {
+        Some(after) => elapsed(snapshot, node.created) >= after,
+        None => false,
+    }
+}
+
+fn all_spot(snapshot: &ClusterSnapshot, nodes: &[usize]) -> bool {
+    nodes
+        .iter()
+        .all(|&i| snapshot.nodes[i].capacity_type == "spot")
+}
+
+fn price_of(snapshot: &ClusterSnapshot, nodes: &[usize]) -> u64 {
+    nodes.iter().map(|&i| snapshot.nodes[i].price_micros).sum()
+}
+
+/// Turns a simulation outcome for `nodes` into a command.
+fn command(
+    sim: &mut Simulator<'_>,
+    method: Method,
+    reason: Reason,
+    nodes: Vec<usize>,
+    require_saving: bool,
+) -> Option<Command> {
+    let snapshot = sim.snapshot;
+    let price = price_of(snapshot, &nodes);
+    let max_price = require_saving.then_some(price);
+    let allow_spot = !(require_saving && all_spot(snapshot, &nodes));
+    match sim.simulate(&nodes, max_price, allow_spot) {
+        Outcome::Delete => Some(Command {
+            method,
+            reason,
+            savings_micros: price as i64,
+            candidates: nodes,
+            replacement: None,
+        }),
+        Outcome::Replace {
+            option,
+            price_micros,
+        } => {
+            let o = sim.options[option].clone();
+            let instance_types = sim.replacement_types(&nodes, max_price, allow_spot);
+            Some(Command {
+                method,
+                reason,
+                savings_micros: price as i64 - price_micros as i64,
+                candidates: nodes,
+                replacement: Some(Replacement {
+                    node_pool: snapshot.pools[o.pool].name.clone(),
+                    instance_types,
+                    zone: o.zone,
+                    capacity_type: o.capacity_type,
+                    price_micros,
+                }),
+            })
+        }
+        Outcome::Infeasible => None,
+    }
+}
+
+/// Expired nodes: one command each, unbudgeted, pod blockers ignored (termination still honours
+/// PDBs and do-not-disrupt until the grace period). Pods that need a node get a replacement first.
+pub fn expiration(sim: &mut Simulator<'_>) -> Vec<Command> {
+    let snapshot = sim.snapshot;
+    let mut out = Vec::new();
+    for (i, node) in snapshot.nodes.iter().enumerate() {
+        if node_blocker(snapshot, node).is_some() || !expired(snapshot, node) {
+            continue;
+        }
+        let cmd =
+            command(sim, Method::Expiration, Reason::Expired, vec![i], false).unwrap_or(Command {
+                method: Method::Expiration,
+                reason: Reason::Expired,
+                candidates: vec![i],
+                replacement: None,
+                savings_micros: node.price_micros as i64,
+            });
+        out.push(cmd);
+    }
+    out
+}
+
+/// Every empty, consolidatable node within budget, as one delete command.
+pub fn emptiness(sim: &mut Simulator<'_>, budgets: &mut BudgetTracker) -> Option<Command> {
+    let snapshot = sim.snapshot;
+    let mut nodes = Vec::new();
+    for (i, node) in snapshot.nodes.iter().enumerate() {
+        if !node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node)
+        {
+            continue;
+        }
+        let Some(pool) = node.node_pool.as_deref() else {
+            continue;
+        };
+        if budgets.take(pool, Reason::Empty) {
+            nodes.push(i);
+        }
+    }
+    if nodes.is_empty() {
+        return None;
+    }
+    let price = price_of(snapshot, &nodes);
+    Some(Command {
+        method: Method::Emptiness,
+        reason: Reason::Empty,
+        candidates: nodes,
+        replacement: None,
+        savings_micros: price as i64,
+    })
+}
+
+/// The first drifted node (empty ones first, then oldest) whose pods can go elsewhere or onto one
+/// replacement, within the Drifted budget.
+pub fn drift(sim: &mut Simulator<'_>, budgets: &mut BudgetTracker) -> Option<Command> {
+    let snapshot = sim.snapshot;
+    let mut drifted: Vec<usize> = (0..snapshot.nodes.len())
+        .filter(|&i| {
+            let n = &snapshot.nodes[i];
+            n.drift.is_some() && blocker(snapshot, n).is_none()
+        })
+        .collect();
+    drifted.sort_by_key(|&i| {
+        let n = &snapshot.nodes[i];
+        (!n.is_empty(), n.created)
+    });
+    for i in drifted {
+        let pool = snapshot.nodes[i].node_pool.as_deref().unwrap_or("");
+        if budgets.remaining(pool, Reason::Drifted) == 0 {
+            continue;
+        }
+        if let Some(cmd) = command(sim, Method::Drift, Reason::Drifted, vec![i], false) {
+            budgets.take(pool, Reason::Drifted);
+            return Some(cmd);
+        }
+    }
+    None
+}
+
+/// What single-node simulation found for each consolidation candidate, and the scores.
+#[derive(Debug, Clone, Default)]
+pub struct Scored {
+    /// Node indices, best first (candidates scored <= 0 dropped).
+    pub order: Vec<usize>,
+    /// The candidates' scorer inputs, indexed like `nodes`.
+    pub inputs: Vec<ScoreCandidate>,
+    pub nodes: Vec<usize>,
+    /// The plugin scorer failed and the native one was used.
+    pub scorer_error: Option<ScoreError>,
+}
+
+fn permille(used: u64, of: u64) -> u32 {
+    if of == 0 {
+        return 0;
+    }
+    u32::try_from(used.saturating_mul(1000) / of).unwrap_or(u32::MAX)
+}
+
+/// Consolidation candidates (non-empty, consolidatable, pools with `WhenEmptyOrUnderutilized`,
+/// no blockers, no constraints the fast check cannot model), each simulated alone, then scored.
+pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScorer) -> Scored {
+    let snapshot = sim.snapshot;
+    let mut nodes = Vec::new();
+    let mut inputs = Vec::new();
+    for (i, node) in snapshot.nodes.iter().enumerate() {
+        if node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node) {
+            continue;
+        }
+        let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
+            continue;
+        };
+        if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized
+            || sim.needs_full_simulation(i)
+        {
+            continue;
+        }
+        let allow_spot = node.capacity_type != "spot";
+        let outcome = sim.simulate(&[i], Some(node.price_micros), allow_spot);
+        let requested = node.requested();
+        inputs.push(ScoreCandidate {
+            node_name: node.name.clone(),
+            instance_type: node.instance_type.clone(),
+            node_pool: pool.name.clone(),
+            zone: node.zone.clone(),
+            capacity_type: node.capacity_type.clone(),
+            price_micros: node.price_micros,
+            cpu_utilisation_permille: permille(
+                requested.get(Dim::CpuMillis),
+                node.allocatable.get(Dim::CpuMillis),
+            ),
+            memory_utilisation_permille: permille(
+                requested.get(Dim::MemoryBytes),
+                node.allocatable.get(Dim::MemoryBytes),
+            ),
+            age_seconds: elapsed(snapshot, node.created).as_secs(),
+            pod_count: node.reschedulable_pods().count() as u32,
+            disruption_cost: node.disruption_cost(),
+            pods_fit_elsewhere: outcome == Outcome::Delete,
+            replacement_price_micros: match outcome {
+                Outcome::Replace { price_micros, .. } => Some(price_micros),
+                _ => None,
+            },
+            reason: Reason::Underutilized,
+        });
+        nodes.push(i);
+    }
+    let (scores, scorer_error) = match scorer.score(&inputs).and_then(|s| {
+        scorer::validate(scorer.name(), &s, inputs.len())?;
+        Ok(s)
+    }) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            tracing::warn!(error = %e, "consolidation scorer failed; using the native scorer");
+            (
+                SavingsPerDisruption.score(&inputs).unwrap_or_default(),
+                Some(e),
+            )
+        }
+    };
+    let order = scorer::order(&scores)
+        .into_iter()
+        .map(|k| nodes[k])
+        .collect();
+    Scored {
+        order,
+        inputs,
+        nodes,
+        scorer_error,
+    }
+}
+
+fn is_valid_consolidation(cmd: &Command) -> bool {
+    cmd.savings_micros > 0
+}
+
+/// Multi-node consolidation: the largest prefix of the scored order (within budgets, at most
+/// [`MULTI_NODE_CANDIDATE_CAP`]) that can be deleted or replaced by one cheaper node.
+pub fn multi_node(
+    sim: &mut Simulator<'_>,
+    scored: &Scored,
+    budgets: &BudgetTracker,
+) -> Option<Command> {
+    let snapshot = sim.snapshot;
+    let mut trial = budgets.clone();
+    let prefix: Vec<usize> = scored
+        .order
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let pool = snapshot.nodes[i].node_pool.as_deref().unwrap_or("");
+            trial.take(pool, Reason::Underutilized)
+        })
+        .take(MULTI_NODE_CANDIDATE_CAP)
+        .collect();
+    if prefix.len() < 2 {
+        return None;
+    }
+    let (mut lo, mut hi) = (2usize, prefix.len());
+    let mut best = None;
+    while lo <= hi {
+        let mid = (lo + hi) / 2;
+        match command(
+            sim,
+            Method::MultiNodeConsolidation,
+            Reason::Underutilized,
+            prefix[..mid].to_vec(),
+            true,
+        )
+        .filter(is_valid_consolidation)
+        {
+            Some(cmd) => {
+                best = Some(cmd);
+                lo = mid + 1;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    best
+}
+
+/// Single-node consolidation: the best-scored candidate (within budget) with a valid action.
+pub fn single_node(
+    sim: &mut Simulator<'_>,
+    scored: &Scored,
+    budgets: &BudgetTracker,
+) -> Option<Command> {
+    let snapshot = sim.snapshot;
+    for &i in &scored.order {
+        let pool = snapshot.nodes[i].node_pool.as_deref().unwrap_or("");
+        if budgets.remaining(pool, Reason::Underutilized) == 0 {
+            continue;
+        }
+        if let Some(cmd) = command(
+            sim,
+            Method::SingleNodeConsolidation,
+            Reason::Underutilized,
+            vec![i],
+            true,
+        )
+        .filter(is_valid_consolidation)
+        {
+            return Some(cmd);
+        }
+    }
+    None
+}
+
+/// One disruption pass's result.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Forceful commands (expiration), one per node.
+    pub forceful: Vec<Command>,
+    /// The one graceful command of this pass.
+    pub graceful: Option<Command>,
+    pub scored: Scored,
+}
+
+/// Runs every method in order over `snapshot`.
+pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Plan {
+    let mut sim = Simulator::new(snapshot);
+    let forceful = expiration(&mut sim);
+    let mut budgets = BudgetTracker::new(snapshot);
+    if let Some(cmd) = emptiness(&mut sim, &mut budgets) {
+        return Plan {
+            forceful,
+            graceful: Some(cmd),
+            scored: Scored::default(),
+        };
+    }
+    if let Some(cmd) = drift(&mut sim, &mut budgets) {
+        return Plan {
+            forceful,
+            graceful: Some(cmd),
+            scored: Scored::default(),
+        };
+    }
+    let scored = score_candidates(&mut sim, scorer);
+    // Upstream runs multi-node first and takes it; a multi-node set can save less than the best
+    // single node (a cheap replacement for one big node), so the larger saving wins here.
+    let multi = multi_node(&mut sim, &scored, &budgets);
+    let single = single_node(&mut sim, &scored, &budgets);
+    let graceful = match (multi, single) {
+        (Some(m), Some(s)) if s.savings_micros > m.savings_micros => Some(s),
+        (Some(m), _) => Some(m),
+        (None, s) => s,
+    };
+    Plan {
+        forceful,
+        graceful,
+        scored,
+    }
+}
+
+/// Re-checks `cmd` (planned on an earlier snapshot) against `now`: the same nodes must still be
+/// candidates and the same kind of action (delete, or a replacement that is no dearer) must still
+/// hold. Upstream waits 15 s between planning and this check to let pod churn show.
+pub fn still_valid(cmd: &Command, earlier: &ClusterSnapshot, now: &ClusterSnapshot) -> bool {
+    let mut nodes = Vec::with_capacity(cmd.candidates.len());
+    for &i in &cmd.candidates {
+        let name = &earlier.nodes[i].name;
+        let Some(j) = now.nodes.iter().position(|n| &n.name == name) else {
+            return false;
+        };
+        let node = &now.nodes[j];
+        let blocked = match cmd.reason {
+            Reason::Expired => node_blocker(now, node).is_some(),
+            _ => blocker(now, node).is_some(),
+        };
+        if blocked {
+            return false;
+        }
+        if cmd.reason == Reason::Empty && !node.is_empty() {
+            return false;
+        }
+        nodes.push(j);
+    }
+    let mut sim = Simulator::new(now);
+    let require_saving = matches!(cmd.reason, Reason::Empty | Reason::Underutilized);
+    match command(&mut sim, cmd.method, cmd.reason, nodes, require_saving) {
+        None => cmd.reason == Reason::Expired,
+        Some(again) => match (&cmd.replacement, &again.replacement) {
+            (None, None) => true,
+            (Some(old), Some(new)) => new.price_micros <= old.price_micros,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+        },
+    }
+}

@@ -1,0 +1,659 @@
+//! The fit check behind every disruption decision: would the pods of a set of nodes fit on the
+//! remaining nodes (delete), or on those plus one new node (replace), and what would that cost?
+//!
+//! Everything string-shaped is compiled once per snapshot: pods are grouped into constraint
+//! classes (node selector, required node affinity, tolerations) whose compatibility with every
+//! node and every replacement offering is computed up front, so one simulation is a first-fit
+//! decreasing pass over integer resource vectors. Pods whose constraints this check does not model
+//! (pod affinity, topology spread, host ports) are flagged, and disruption leaves their nodes alone
+//! unless the disruption is forced (drift, expiration).
+
+use kk_apis::names::{label, taint};
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+
+use super::model::{ClusterSnapshot, NodeState, PodState, PoolState};
+use crate::scheduling::Resources;
+
+/// A new node the simulation could launch: one offering of one instance type from one pool.
+#[derive(Debug, Clone)]
+pub struct LaunchOption {
+    pub pool: usize,
+    pub instance_type: usize,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_micros: u64,
+    pub allocatable: Resources,
+    labels: BTreeMap<String, String>,
+}
+
+/// What a simulation concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every pod fits on the remaining nodes.
+    Delete,
+    /// The pods need one new node; the cheapest that fits is this option of [`Simulator::options`].
+    Replace { option: usize, price_micros: u64 },
+    /// The pods cannot all be placed (or only on a node that saves nothing).
+    Infeasible,
+}
+
+/// Constraints shared by pods that place identically (resources aside).
+#[derive(Debug, Clone)]
+struct Class {
+    node_selector: BTreeMap<String, String>,
+    affinity_terms: Vec<NodeSelectorTerm>,
+    tolerations: Vec<Toleration>,
+}
+
+/// A pod to move: its requests and class.
+#[derive(Debug, Clone, Copy)]
+struct Mover {
+    requests: Resources,
+    class: u32,
+}
+
+/// The compiled snapshot.
+pub struct Simulator<'a> {
+    pub snapshot: &'a ClusterSnapshot,
+    headroom: Vec<Resources>,
+    /// Nodes that can receive pods.
+    destination: Vec<bool>,
+    classes: Vec<Class>,
+    /// Per node: the classes and requests of its reschedulable pods, largest first.
+    movers: Vec<Vec<Mover>>,
+    /// Per node: some reschedulable pod needs the full solver.
+    complex: Vec<bool>,
+    /// `compat[class][node]`.
+    compat: Vec<Vec<bool>>,
+    /// Launch options, cheapest first.
+    pub options: Vec<LaunchOption>,
+    /// `option_compat[class][option]`.
+    option_compat: Vec<Vec<bool>>,
+    /// Pools in weight order (highest first), as indices into `snapshot.pools`.
+    pool_order: Vec<usize>,
+    /// Scratch: nodes excluded from the current simulation.
+    excluded: Vec<bool>,
+    undo: Vec<(usize, Resources)>,
+    scratch: Vec<Mover>,
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&r.key);
+    let values = r.values.as_deref().unwrap_or(&[]);
+    let int = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => match (
+            value.and_then(|v| int(v)),
+            values.first().and_then(|x| int(x)),
+        ) {
+            (Some(v), Some(x)) => v > x,
+            _ => false,
+        },
+        "Lt" => match (
+            value.and_then(|v| int(v)),
+            values.first().and_then(|x| int(x)),
+        ) {
+            (Some(v), Some(x)) => v < x,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn term_matches(t: &NodeSelectorTerm, labels: &BTreeMap<String, String>) -> bool {
+    // Field selectors (metadata.name) pin a pod to one node: never satisfied elsewhere.
+    if t.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+        return false;
+    }
+    t.match_expressions
+        .iter()
+        .flatten()
+        .all(|r| requirement_matches(r, labels))
+}
+
+fn toleration_matches(tol: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = tol.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let exists = tol.operator.as_deref() == Some("Exists");
+    match tol.key.as_deref().filter(|k| !k.is_empty()) {
+        None => exists,
+        Some(key) => {
+            key == taint.key
+                && (exists
+                    || tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+        }
+    }
+}
+
+/// Whether a pod of `class` may run on a node with these labels and taints.
+fn class_fits(class: &Class, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+    if !class
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
+    }
+    if !class.affinity_terms.is_empty()
+        && !class.affinity_terms.iter().any(|t| term_matches(t, labels))
+    {
+        return false;
+    }
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .all(|t| {
+            class
+                .tolerations
+                .iter()
+                .any(|tol| toleration_matches(tol, t))
+        })
+}
+
+fn node_labels(n: &NodeState) -> BTreeMap<String, String> {
+    let mut labels = n.labels.clone();
+    labels
+        .entry(label::INSTANCE_TYPE.to_owned())
+        .or_insert_with(|| n.instance_type.clone());
+    if !n.zone.is_empty() {
+        labels
+            .entry(label::ZONE.to_owned())
+            .or_insert_with(|| n.zone.clone());
+    }
+    labels
+        .entry(label::CAPACITY_TYPE.to_owned())
+        .or_insert_with(|| n.capacity_type.clone());
+    if let Some(pool) = &n.node_pool {
+        labels
+            .entry(label::NODEPOOL.to_owned())
+            .or_insert_with(|| pool.clone());
+    }
+    labels
+        .entry("kubernetes.io/hostname".to_owned())
+        .or_insert_with(|| n.name.clone());
+    labels
+}
+
+/// Launch options of one pool: every available offering of every instance type its requirements admit.
+fn pool_options(pi: usize, pool: &PoolState, snapshot: &ClusterSnapshot) -> Vec<LaunchOption> {
+    let mut out = Vec::new();
+    for (ti, it) in snapshot.instance_types.iter().enumerate() {
+        for off in it.offerings.iter().filter(|o| o.available) {
+            let mut labels = pool.labels.clone();
+            for (k, v) in &it.labels {
+                labels.insert(k.clone(), v.clone());
+            }
+            labels.insert(label::INSTANCE_TYPE.to_owned(), it.name.clone());
+            labels.insert(label::ZONE.to_owned(), off.zone.clone());
+            labels.insert(label::CAPACITY_TYPE.to_owned(), off.capacity_type.clone());
+            labels.insert(label::NODEPOOL.to_owned(), pool.name.clone());
+            // A custom single-valued requirement becomes a label of the node.
+            for r in &pool.requirements {
+                let req = &r.requirement;
+                if req.operator == "In"
+                    && !labels.contains_key(&req.key)
+                    && let Some(v) = req.values.as_ref().and_then(|v| v.first())
+                {
+                    labels.insert(req.key.clone(), v.clone());
+                }
+            }
+            if pool
+                .requirements
+                .iter()
+                .all(|r| requirement_matches(&r.requirement, &labels))
+            {
+                out.push(LaunchOption {
+                    pool: pi,
+                    instance_type: ti,
+                    zone: off.zone.clone(),
+                    capacity_type: off.capacity_type.clone(),
+                    price_micros: off.price_micros,
+                    allocatable: it.allocatable(),
+                    labels,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn class_of(pod: &PodState, index: &mut HashMap<String, u32>, classes: &mut Vec<Class>) -> u32 {
+    let key = serde_json::to_string(&(&pod.node_selector, &pod.affinity_terms, &pod.tolerations))
+        .unwrap_or_default();
+    *index.entry(key).or_insert_with(|| {
+        classes.push(Class {
+            node_selector: pod.node_selector.clone(),
+            affinity_terms: pod.affinity_terms.clone(),
+            tolerations: pod.tolerations.clone(),
+        });
+        (classes.len() - 1) as u32
+    })
+}
+
+fn bigger_first(a: &Mover, b: &Mover) -> std::cmp::Ordering {
+    use crate::scheduling::resources::Dim;
+    (
+        b.requests.get(Dim::CpuMillis),
+        b.requests.get(Dim::MemoryBytes),
+    )
+        .cmp(&(
+            a.requests.get(Dim::CpuMillis),
+            a.requests.get(Dim::MemoryBytes),
+        ))
+}
+
+impl<'a> Simulator<'a> {
+    pub fn new(snapshot: &'a ClusterSnapshot) -> Simulator<'a> {
+        let n = snapshot.nodes.len();
+        let mut index = HashMap::new();
+        let mut classes = Vec::new();
+        let mut movers = Vec::with_capacity(n);
+        let mut complex = Vec::with_capacity(n);
+        for node in &snapshot.nodes {
+            let mut m: Vec<Mover> = node
+                .reschedulable_pods()
+                .map(|p| Mover {
+                    requests: p.requests,
+                    class: class_of(p, &mut index, &mut classes),
+                })
+                .collect();
+            m.sort_by(bigger_first);
+            movers.push(m);
+            complex.push(node.reschedulable_pods().any(|p| p.needs_full_simulation));
+        }
+        let pending: Vec<Mover> = snapshot
+            .pending_pods
+            .iter()
+            .map(|p| Mover {
+                requests: p.requests,
+                class: class_of(p, &mut index, &mut classes),
+            })
+            .collect();
+        let labels: Vec<BTreeMap<String, String>> =
+            snapshot.nodes.iter().map(node_labels).collect();
+        let compat: Vec<Vec<bool>> = classes
+            .iter()
+            .map(|c| {
+                snapshot
+                    .nodes
+                    .iter()
+                    .zip(&labels)
+                    .map(|(node, l)| class_fits(c, l, &node.taints))
+                    .collect()
+            })
+            .collect();
+        let destination: Vec<bool> = snapshot
+            .nodes
+            .iter()
+            .map(|node| {
+                node.initialized
+                    && node.ready
+                    && !node.deleting
+                    && !node.taints.iter().any(|t| t.key == taint::DISRUPTED)
+            })
+            .collect();
+        let mut options: Vec<LaunchOption> = snapshot
+            .pools
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, p)| pool_options(pi, p, snapshot))
+            .collect();
+        options.sort_by(|a, b| {
+            a.price_micros
+                .cmp(&b.price_micros)
+                .then(a.instance_type.cmp(&b.instance_type))
+                .then(a.zone.cmp(&b.zone))
+        });
+        let option_compat = classes
+            .iter()
+            .map(|c| {
+                options
+                    .iter()
+                    .map(|o| class_fits(c, &o.labels, &snapshot.pools[o.pool].taints))
+                    .collect()
+            })
+            .collect();
+        let mut pool_order: Vec<usize> = (0..snapshot.pools.len()).collect();
+        pool_order.sort_by_key(|&i| (std::cmp::Reverse(snapshot.pools[i].weight), i));
+        let mut sim = Simulator {
+            snapshot,
+            headroom: snapshot
+                .nodes
+                .iter()
+                .map(|node| node.allocatable.saturating_sub(&node.requested()))
+                .collect(),
+            destination,
+            classes,
+            movers,
+            complex,
+            compat,
+            options,
+            option_compat,
+            pool_order,
+            excluded: vec![false; n],
+            undo: Vec::new(),
+            scratch: Vec::new(),
+        };
+        // Pending pods claim room first (upstream simulates them with the candidates' pods); the
+        // ones that fit nowhere are for provisioning to handle.
+        let mut pending = pending;
+        pending.sort_by(bigger_first);
+        for p in pending {
+            if let Some(i) = sim.first_fit(&p) {
+                sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests);
+            }
+        }
+        sim.undo.clear();
+        sim
+    }
+
+    /// How many distinct pod constraint classes the snapshot has.
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Whether some pod on `node` has constraints only the full solver models.
+    pub fn needs_full_simulation(&self, node: usize) -> bool {
+        self.complex[node]
+    }
+
+    fn first_fit(&self, m: &Mover) -> Option<usize> {
+        let compat = &self.compat[m.class as usize];
+        (0..self.headroom.len()).find(|&i| {
+            self.destination[i]
+                && !self.excluded[i]
+                && compat[i]
+                && m.requests.fits_in(&self.headroom[i])
+        })
+    }
+
+    /// The pods of `nodes` that do not fit on the remaining nodes (first-fit decreasing), and the
+    /// daemonset overhead a new node for them would also carry. Leaves the state as it found it.
+    fn leftovers(&mut self, nodes: &[usize]) -> (Vec<Mover>, Resources) {
+        for &i in nodes {
+            self.excluded[i] = true;
+        }
+        let mut movers = std::mem::take(&mut self.scratch);
+        movers.clear();
+        for &i in nodes {
+            movers.extend_from_slice(&self.movers[i]);
+        }
+        if nodes.len() > 1 {
+            movers.sort_by(bigger_first);
+        }
+        let mut left = Vec::new();
+        for m in &movers {
+            match self.first_fit(m) {
+                Some(i) => {
+                    self.undo.push((i, self.headroom[i]));
+                    self.headroom[i] = self.headroom[i].saturating_sub(&m.requests);
+                }
+                None => left.push(*m),
+            }
+        }
+        for (i, h) in self.undo.drain(..).rev() {
+            self.headroom[i] = h;
+        }
+        for &i in nodes {
+            self.excluded[i] = false;
+        }
+        self.scratch = movers;
+        let overhead = nodes
+            .iter()
+            .map(|&i| self.snapshot.nodes[i].daemon_requests())
+            .fold(Resources::ZERO, |a, b| a.max(&b));
+        (left, overhead)
+    }
+
+    /// Simulates removing `nodes`: their reschedulable pods go first-fit decreasing onto the
+    /// remaining nodes; what is left must fit on one new node. With `max_price`, the new node must
+    /// cost strictly less. `allow_spot` is false for spot candidates (spot-to-spot consolidation is
+    /// off, as upstream's default).
+    pub fn simulate(
+        &mut self,
+        nodes: &[usize],
+        max_price: Option<u64>,
+        allow_spot: bool,
+    ) -> Outcome {
+        let (left, overhead) = self.leftovers(nodes);
+        if left.is_empty() {
+            return Outcome::Delete;
+        }
+        match self.fitting_options(&left, overhead, allow_spot).next() {
+            Some((oi, price)) if max_price.is_none_or(|max| price < max) => Outcome::Replace {
+                option: oi,
+                price_micros: price,
+            },
+            _ => Outcome::Infeasible,
+        }
+    }
+
+    /// Options of the first pool (in weight order) that can take `pods`, cheapest first.
+    fn fitting_options<'s>(
+        &'s self,
+        pods: &'s [Mover],
+        overhead: Resources,
+        allow_spot: bool,
+    ) -> impl Iterator<Item = (usize, u64)> + 's {
+        let need = pods.iter().fold(overhead, |acc, m| acc.add(&m.requests));
+        let fits = move |oi: usize, o: &LaunchOption| {
+            (allow_spot || o.capacity_type != "spot")
+                && need.fits_in(&o.allocatable)
+                && pods
+                    .iter()
+                    .all(|m| self.option_compat[m.class as usize][oi])
+        };
+        // The scheduler takes the first pool by weight that can hold the pods.
+        let pool = self.pool_order.iter().copied().find(|&p| {
+            self.options
+                .iter()
+                .enumerate()
+                .any(|(oi, o)| o.pool == p && fits(oi, o))
+        });
+        self.options
+            .iter()
+            .enumerate()
+            .filter(move |(oi, o)| Some(o.pool) == pool && fits(*oi, o))
+            .map(|(oi, o)| (oi, o.price_micros))
+    }
+
+    /// Instance types a replacement for `nodes` may launch as: every type of the chosen pool that
+    /// holds the pods left over and costs less than `max_price`, cheapest first (launch
+    /// flexibility across types and zones).
+    pub fn replacement_types(
+        &mut self,
+        nodes: &[usize],
+        max_price: Option<u64>,
+        allow_spot: bool,
+    ) -> Vec<String> {
+        let (left, overhead) = self.leftovers(nodes);
+        let mut names: Vec<String> = Vec::new();
+        for (oi, price) in self.fitting_options(&left, overhead, allow_spot) {
+            if max_price.is_some_and(|m| price >= m) {
+                break;
+            }
+            let name = &self.snapshot.instance_types[self.options[oi].instance_type].name;
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disruption::model::NodeState;
+    use crate::scheduling::{InstanceType, Offering};
+
+    const GI: u64 = 1 << 30;
+
+    fn it(name: &str, cpu: u64, mem_gi: u64, price: u64) -> InstanceType {
+        let mut t = InstanceType::new(
+            name,
+            Resources::new(cpu, mem_gi * GI, 110),
+            vec![Offering {
+                zone: "a".into(),
+                capacity_type: "on-demand".into(),
+                price_micros: price,
+                available: true,
+            }],
+        );
+        t.overhead = Default::default();
+        t
+    }
+
+    fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
+        ClusterSnapshot {
+            now: "2026-12-03T12:00:00Z".parse().unwrap(),
+            pools: vec![PoolState::new("default")],
+            nodes,
+            instance_types: vec![it("small", 2000, 4, 100), it("large", 8000, 32, 400)],
+            pending_pods: vec![],
+        }
+    }
+
+    fn node(name: &str, cpu: u64, price: u64, pods: &[u64]) -> NodeState {
+        let mut n = NodeState::new(
+            name,
+            "default",
+            "x",
+            price,
+            Resources::new(cpu, 64 * GI, 110),
+            "2026-12-01T00:00:00Z".parse().unwrap(),
+        );
+        n.pods = pods
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                PodState::new("default", &format!("{name}-{i}"), Resources::new(c, GI, 1))
+            })
+            .collect();
+        n
+    }
+
+    #[test]
+    fn delete_when_pods_fit_on_remaining_nodes() {
+        let s = snapshot(vec![
+            node("a", 4000, 400, &[1000, 1000]),
+            node("b", 4000, 400, &[1000]),
+        ]);
+        let mut sim = Simulator::new(&s);
+        assert_eq!(sim.simulate(&[1], Some(400), true), Outcome::Delete);
+        // Both cannot go: nothing remains and one 3-cpu node is cheaper than two.
+        assert!(matches!(
+            sim.simulate(&[0, 1], Some(800), true),
+            Outcome::Replace {
+                price_micros: 400,
+                ..
+            }
+        ));
+        // Simulations do not leak into each other.
+        assert_eq!(sim.simulate(&[1], Some(400), true), Outcome::Delete);
+    }
+
+    #[test]
+    fn replace_only_when_cheaper() {
+        let s = snapshot(vec![
+            node("a", 4000, 400, &[3500]),
+            node("b", 4000, 400, &[1000]),
+        ]);
+        let mut sim = Simulator::new(&s);
+        // b's pod fits on a (500m left)? No: 1000 > 500. A small node (2 cpu, 100) is cheaper.
+        assert!(matches!(
+            sim.simulate(&[1], Some(400), true),
+            Outcome::Replace {
+                price_micros: 100,
+                ..
+            }
+        ));
+        // a's 3.5-cpu pod needs a large node, which costs the same: no saving.
+        assert_eq!(sim.simulate(&[0], Some(400), true), Outcome::Infeasible);
+        // Drift does not need a saving.
+        assert!(matches!(
+            sim.simulate(&[0], None, true),
+            Outcome::Replace {
+                price_micros: 400,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn taints_selectors_and_unready_nodes_block_destinations() {
+        let mut a = node("a", 4000, 400, &[]);
+        a.taints.push(Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        let mut b = node("b", 4000, 400, &[]);
+        b.ready = false;
+        let mut c = node("c", 4000, 400, &[500]);
+        c.pods[0].node_selector.insert("disk".into(), "ssd".into());
+        let s = snapshot(vec![a, b, c]);
+        let mut sim = Simulator::new(&s);
+        // The ssd pod fits nowhere: not on the tainted node, not on the unready one, and no
+        // replacement offering carries disk=ssd.
+        assert_eq!(sim.simulate(&[2], None, true), Outcome::Infeasible);
+
+        let mut a = node("a", 4000, 400, &[]);
+        a.labels.insert("disk".into(), "ssd".into());
+        let mut c = node("c", 4000, 400, &[500]);
+        c.pods[0].node_selector.insert("disk".into(), "ssd".into());
+        c.pods[0].tolerations.push(Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+        let s = snapshot(vec![a, c]);
+        let mut sim = Simulator::new(&s);
+        assert_eq!(sim.simulate(&[1], None, true), Outcome::Delete);
+    }
+
+    #[test]
+    fn pending_pods_take_room_first() {
+        let mut s = snapshot(vec![
+            node("a", 4000, 400, &[]),
+            node("b", 4000, 400, &[2000]),
+        ]);
+        s.pending_pods
+            .push(PodState::new("default", "p", Resources::new(3000, GI, 1)));
+        let mut sim = Simulator::new(&s);
+        // a's room goes to the pending pod, so b's pod needs a new node.
+        assert!(matches!(
+            sim.simulate(&[1], Some(400), true),
+            Outcome::Replace { .. }
+        ));
+    }
+
+    #[test]
+    fn daemonset_pods_stay_but_count_on_the_replacement() {
+        let mut a = node("a", 8000, 400, &[1500]);
+        let mut ds = PodState::new("kube-system", "ds", Resources::new(400, GI, 1));
+        ds.daemonset = true;
+        a.pods.push(ds);
+        let s = snapshot(vec![a]);
+        let mut sim = Simulator::new(&s);
+        // 1500m + 400m daemon = 1900m fits a small node (2000m).
+        assert!(matches!(
+            sim.simulate(&[0], Some(400), true),
+            Outcome::Replace {
+                price_micros: 100,
+                ..
+            }
+        ));
+        let names = sim.replacement_types(&[0], Some(400), true);
+        assert_eq!(names, vec!["small".to_string()]);
+    }
+}

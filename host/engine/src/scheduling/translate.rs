@@ -1,0 +1,369 @@
+//! Between Kubernetes objects and the solver: NodePools, Nodes and in-flight NodeClaims into the
+//! solver's inputs, and a [`NodeClaimDraft`] into a `karpenter.sh/v1` NodeClaim to create.
+
+use kk_apis::names::{annotation, finalizer, label, taint};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kk_apis::ResourceExt;
+use rand::Rng;
+
+use kk_apis::crd::nodeclaim::ResourceRequests;
+use kk_apis::crd::{NodeClaim, NodeClaimSpec, NodePool, Operator, Requirement};
+
+use super::instance_types::InstanceType;
+use super::model::{ExistingNode, NodeClaimDraft, NodePoolInput, PoolRequirement};
+
+use super::resources::{self, Resources};
+
+fn operator_str(op: Operator) -> &'static str {
+    match op {
+        Operator::In => "In",
+        Operator::NotIn => "NotIn",
+        Operator::Exists => "Exists",
+        Operator::DoesNotExist => "DoesNotExist",
+        Operator::Gt => "Gt",
+        Operator::Lt => "Lt",
+    }
+}
+
+fn parse_operator(op: &str) -> Option<Operator> {
+    Some(match op {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        _ => return None,
+    })
+}
+
+/// A NodePool as the solver sees it; `in_use`/`nodes_in_use` count its existing nodes and claims.
+pub fn nodepool_input(np: &NodePool, in_use: Resources, nodes_in_use: u64) -> NodePoolInput {
+    let t = &np.spec.template;
+    NodePoolInput {
+        name: np.name_any(),
+        weight: np.spec.weight.unwrap_or(0),
+        requirements: t
+            .spec
+            .requirements
+            .iter()
+            .map(|r| PoolRequirement {
+                requirement: NodeSelectorRequirement {
+                    key: r.key.clone(),
+                    operator: operator_str(r.operator).to_owned(),
+                    values: (!r.values.is_empty()).then(|| r.values.clone()),
+                },
+                min_values: r.min_values,
+            })
+            .collect(),
+        labels: t
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default(),
+        taints: t.spec.taints.iter().map(Taint::from).collect(),
+        startup_taints: t.spec.startup_taints.iter().map(Taint::from).collect(),
+        limits: np.spec.limits.clone().unwrap_or_default(),
+        in_use,
+        nodes_in_use,
+    }
+}
+
+/// Taints that keep pods off only until the node is initialized; the solver ignores them on
+/// nodes that are still coming up (upstream `statenode.go:Taints`).
+pub fn is_ephemeral_taint(t: &Taint) -> bool {
+    matches!(
+        t.key.as_str(),
+        "node.kubernetes.io/not-ready"
+            | "node.kubernetes.io/unreachable"
+            | "node.cloudprovider.kubernetes.io/uninitialized"
+            | taint::UNREGISTERED
+    ) || t.key.starts_with("readiness.k8s.io/")
+}
+
+/// A Node as a place pods can go. `startup_taints` are the owning claim's (ignored until the node
+/// is initialized, as are the ephemeral taints).
+pub fn existing_node(node: &Node, pods: Vec<Pod>, startup_taints: &[Taint]) -> ExistingNode {
+    let mut labels = node.labels().clone();
+    labels
+        .entry(label::HOSTNAME.to_owned())
+        .or_insert_with(|| node.name_any());
+    let initialized = labels.get(label::INITIALIZED).is_some_and(|v| v == "true");
+    let managed = labels.contains_key(label::NODEPOOL);
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| {
+            !(managed
+                && !initialized
+                && (is_ephemeral_taint(t)
+                    || startup_taints
+                        .iter()
+                        .any(|s| s.key == t.key && s.effect == t.effect)))
+        })
+        .collect();
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| resources::from_list(a).ok())
+        .unwrap_or_default();
+    ExistingNode {
+        name: node.name_any(),
+        labels,
+        taints,
+        allocatable,
+        pods,
+    }
+}
+
+/// An in-flight NodeClaim (no Node yet) as a place pods can go: labelled with its resolved
+/// single-valued requirements, sized by its allocatable (or, before launch, the smallest of its
+/// instance types), minus what it was created for.
+pub fn inflight_node(nc: &NodeClaim, catalog: &[InstanceType]) -> ExistingNode {
+    let mut labels = nc.labels().clone();
+    for r in &nc.spec.requirements {
+        if r.operator == Operator::In && r.values.len() == 1 {
+            labels
+                .entry(r.key.clone())
+                .or_insert_with(|| r.values[0].clone());
+        }
+    }
+    labels.insert(label::HOSTNAME.to_owned(), nc.name_any());
+    let from_status = nc
+        .status
+        .as_ref()
+        .filter(|s| !s.allocatable.is_empty())
+        .and_then(|s| resources::from_list(&s.allocatable).ok());
+    let allocatable = from_status.unwrap_or_else(|| {
+        let types = nc
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == label::INSTANCE_TYPE && r.operator == Operator::In);
+        types
+            .into_iter()
+            .flat_map(|r| r.values.iter())
+            .filter_map(|name| catalog.iter().find(|it| &it.name == name))
+            .map(InstanceType::allocatable)
+            .reduce(|a, b| a.min(&b))
+            .unwrap_or_default()
+    });
+    let requested = nc
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| resources::from_list(&r.requests).ok())
+        .unwrap_or_default();
+    ExistingNode {
+        name: nc.name_any(),
+        labels,
+        taints: nc.spec.taints.iter().map(Taint::from).collect(),
+        allocatable: allocatable.saturating_sub(&requested),
+        pods: Vec::new(),
+    }
+}
+
+/// A fresh NodeClaim name for `pool`: `<pool>-<5 lowercase alphanumerics>`, like generateName.
+pub fn nodeclaim_name(pool: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{pool}-{suffix}")
+}
+
+/// `values` in `ranked` order; values the ranking does not name keep their place at the end.
+fn ranked_subset(ranked: &[String], values: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = ranked
+        .iter()
+        .filter(|r| values.contains(r))
+        .cloned()
+        .collect();
+    out.extend(values.iter().filter(|v| !ranked.contains(v)).cloned());
+    out
+}
+
+/// The NodeClaim to create for `draft` of `pool`.
+pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> NodeClaim {
+    let template = &pool.spec.template;
+    let pool_name = pool.name_any();
+    let mut labels: BTreeMap<String, String> = draft.labels.clone();
+    labels.insert(label::NODEPOOL.to_owned(), pool_name.clone());
+    labels.insert(label::KKE_NODEPOOL.to_owned(), pool_name.clone());
+    labels.insert(
+        label::NODECLASS.to_owned(),
+        template.spec.node_class_ref.name.clone(),
+    );
+    let mut annotations = template
+        .metadata
+        .as_ref()
+        .map(|m| m.annotations.clone())
+        .unwrap_or_default();
+    // What the claim was made from, so drift can tell when the NodePool's template changes.
+    annotations.insert(
+        annotation::NODEPOOL_HASH.to_owned(),
+        kk_apis::hash::nodepool_hash(&pool.spec),
+    );
+    let requirements = draft
+        .requirements
+        .iter()
+        .filter_map(|r| {
+            let operator = parse_operator(&r.requirement.operator)?;
+            let mut values = r.requirement.values.clone().unwrap_or_default();
+            // The launch tries instance types in this list's order: keep the ranker's, not the
+            // solver's sorted set (sorted, `c2a.2xlarge` would be tried before `c2a.large`).
+            if r.requirement.key == label::INSTANCE_TYPE && operator == Operator::In {
+                values = ranked_subset(&draft.instance_types, &values);
+            }
+            Some(Requirement {
+                key: r.requirement.key.clone(),
+                operator,
+                values,
+                min_values: r.min_values,
+            })
+        })
+        .collect();
+    let owner = pool.uid().map(|uid| OwnerReference {
+        api_version: "karpenter.sh/v1".into(),
+        kind: "NodePool".into(),
+        name: pool_name,
+        uid,
+        block_owner_deletion: Some(true),
+        controller: None,
+    });
+    let mut nc = NodeClaim::new(
+        &name,
+        NodeClaimSpec {
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            requirements,
+            resources: Some(ResourceRequests {
+                requests: draft.requests.to_quantities(),
+            }),
+            node_class_ref: template.spec.node_class_ref.clone(),
+            termination_grace_period: template.spec.termination_grace_period,
+            expire_after: template.spec.expire_after,
+        },
+    );
+    nc.metadata = ObjectMeta {
+        name: Some(name),
+        labels: Some(labels),
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        owner_references: owner.map(|o| vec![o]),
+        finalizers: Some(vec![finalizer::TERMINATION.to_owned()]),
+        ..ObjectMeta::default()
+    };
+    nc
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::scheduling::fixtures::default_nodepool as pool;
+
+    #[test]
+    fn instance_types_keep_the_ranked_order() {
+        let ranked = ["c2a.large".to_owned(), "c2a.2xlarge".to_owned()];
+        let sorted = [
+            "c2a.2xlarge".to_owned(),
+            "c2a.large".to_owned(),
+            "x.other".to_owned(),
+        ];
+        assert_eq!(
+            ranked_subset(&ranked, &sorted),
+            ["c2a.large", "c2a.2xlarge", "x.other"]
+        );
+    }
+
+    #[test]
+    fn pool_and_draft_round_trip() {
+        let np = pool();
+        let input = nodepool_input(&np, Resources::ZERO, 0);
+        assert_eq!(input.weight, 10);
+        assert_eq!(input.requirements[0].requirement.operator, "In");
+        let draft = NodeClaimDraft {
+            node_pool: "default".into(),
+            requirements: vec![PoolRequirement {
+                requirement: NodeSelectorRequirement {
+                    key: label::INSTANCE_TYPE.into(),
+                    operator: "In".into(),
+                    values: Some(vec!["m2a.large".into(), "m2a.xlarge".into()]),
+                },
+                min_values: None,
+            }],
+            labels: BTreeMap::new(),
+            taints: vec![],
+            startup_taints: vec![],
+            instance_types: vec!["m2a.large".into(), "m2a.xlarge".into()],
+            requests: Resources::new(1500, 1 << 30, 2),
+            pods: vec![0, 1],
+        };
+        let name = nodeclaim_name("default");
+        assert!(name.starts_with("default-") && name.len() == "default-".len() + 5);
+        let nc = nodeclaim_for(&draft, &np, name.clone());
+        assert_eq!(nc.labels()[label::NODEPOOL], "default");
+        assert_eq!(nc.labels()[label::KKE_NODEPOOL], "default");
+        assert_eq!(
+            nc.spec.requirements[0].values,
+            vec!["m2a.large", "m2a.xlarge"]
+        );
+        assert_eq!(
+            nc.spec.resources.as_ref().unwrap().requests["cpu"].0,
+            "1500m"
+        );
+        assert_eq!(
+            nc.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-1"
+        );
+        assert_eq!(nc.finalizers(), [finalizer::TERMINATION.to_owned()]);
+
+        // Before launch an in-flight claim offers its smallest type minus its requests.
+        let catalog = vec![
+            InstanceType::new("m2a.large", Resources::new(2000, 8 << 30, 110), vec![]),
+            InstanceType::new("m2a.xlarge", Resources::new(4000, 16 << 30, 110), vec![]),
+        ];
+        let inflight = inflight_node(&nc, &catalog);
+        assert_eq!(inflight.labels[label::HOSTNAME], name);
+        let expect = catalog[0].allocatable().saturating_sub(&draft.requests);
+        assert_eq!(inflight.allocatable, expect);
+    }
+
+    #[test]
+    fn uninitialized_managed_nodes_hide_ephemeral_and_startup_taints() {
+        let taint = |k: &str| Taint {
+            key: k.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.labels = Some([(label::NODEPOOL.to_owned(), "default".to_owned())].into());
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![
+                taint(taint::UNREGISTERED),
+                taint("node.cilium.io/agent-not-ready"),
+                taint("dedicated"),
+            ]),
+            ..Default::default()
+        });
+        let startup = [taint("node.cilium.io/agent-not-ready")];
+        let e = existing_node(&node, vec![], &startup);
+        assert_eq!(e.taints.len(), 1);
+        assert_eq!(e.taints[0].key, "dedicated");
+        assert_eq!(e.labels[label::HOSTNAME], "n1");
+        node.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(label::INITIALIZED.into(), "true".into());
+        assert_eq!(existing_node(&node, vec![], &startup).taints.len(), 3);
+    }
+}

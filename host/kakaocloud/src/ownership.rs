@@ -1,0 +1,529 @@
+//! Signed instance ownership.
+//!
+//! After launching an instance the controller writes a tag into its
+//! description that binds (cluster identity, NodeClaim name, instance ID) with
+//! HMAC-SHA256 under the keyring's active key. Deletion and garbage
+//! collection act only on instances whose tag verifies.
+//!
+//! Tag: `kk:1:<keyID>:<nodeclaim>:<mac>`, where `mac` is the first 16 bytes
+//! of the HMAC (RFC 2104 allows truncation to half the hash) in unpadded
+//! base64url. The fixed part is 36 characters with a 7-character key ID, so
+//! NodeClaim names up to 64 characters fit the 100-character description
+//! limit; a longer name is a [`SignError::TooLong`], never a silently
+//! shortened tag. The cluster and instance ID are not in the text (the
+//! verifier knows them) but are in the MAC, so a tag copied to another
+//! instance or another cluster does not verify. The text uses only characters
+//! KakaoCloud accepts in a description and has no spaces, so it can sit next
+//! to human text.
+//!
+//! The keyring is the `keyring.json` key of the `karpenter-sigkey` Secret:
+//! `{"activeKeyID":"k1","keys":[{"id":"k1","key":"<base64 of 32 bytes>"}]}`.
+//! Rotation: add a key, switch `activeKeyID`; tags under older keys still
+//! verify while their key stays in the ring.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+
+use crate::api::INSTANCE_DESCRIPTION_MAX;
+
+/// Token prefix that marks an ownership tag inside a description.
+pub const TAG_PREFIX: &str = "kk:";
+/// Format version written after the prefix.
+pub const TAG_VERSION: &str = "1";
+/// Data key of the keyring in its Secret.
+pub const SECRET_KEY: &str = "keyring.json";
+/// Longest key ID (the install guide's limit; it keeps the tag short).
+pub const KEY_ID_MAX: usize = 7;
+/// Shortest signing key, in bytes.
+pub const KEY_MIN_BYTES: usize = 32;
+/// Bytes of the HMAC kept in the tag.
+pub const MAC_BYTES: usize = 16;
+const MAC_CHARS: usize = 22;
+/// Domain separation: these MACs mean nothing in any other protocol.
+const DOMAIN: &[u8] = b"karpenter-kakaocloud/ownership/v1";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Why a keyring was rejected. Never contains key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyringError {
+    #[error("keyring is not valid JSON of the expected shape: {0}")]
+    Parse(String),
+    #[error("Secret has no {SECRET_KEY:?} data key")]
+    MissingData,
+    #[error("keyring has no keys")]
+    NoKeys,
+    #[error("activeKeyID is missing or empty")]
+    MissingActiveKeyId,
+    #[error("key ID {id:?} is invalid: {reason}")]
+    InvalidKeyId { id: String, reason: &'static str },
+    #[error("key ID {0:?} appears more than once")]
+    DuplicateKeyId(String),
+    #[error("key {id:?} is not valid base64")]
+    BadBase64 { id: String },
+    #[error("key {id:?} has {len} bytes, at least {KEY_MIN_BYTES} are required")]
+    ShortKey { id: String, len: usize },
+    #[error("activeKeyID {0:?} is not one of the keys")]
+    ActiveKeyAbsent(String),
+}
+
+/// Why a tag could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    #[error("cluster identity is empty")]
+    EmptyCluster,
+    #[error("instance ID is empty")]
+    EmptyInstanceId,
+    #[error("NodeClaim name {0:?} is not a DNS subdomain name")]
+    InvalidNodeClaim(String),
+    #[error("the active key is not in the keyring")]
+    ActiveKeyMissing,
+    #[error("tag would be {len} characters, the description limit is {INSTANCE_DESCRIPTION_MAX}")]
+    TooLong { len: usize },
+}
+
+/// Why a tag did not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("no ownership tag in the description")]
+    NoTag,
+    #[error("tag is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("tag version {0:?} is not supported")]
+    UnsupportedVersion(String),
+    #[error("tag is signed with unknown key {0:?}")]
+    UnknownKey(String),
+    #[error("tag signature does not match this cluster and instance")]
+    BadSignature,
+}
+
+/// Who owns a verified instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub nodeclaim: String,
+    pub key_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyringFile {
+    #[serde(rename = "activeKeyID", default)]
+    active_key_id: Option<String>,
+    #[serde(default)]
+    keys: Vec<KeyEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    id: String,
+    key: String,
+}
+
+/// A keyed HMAC, cloned per use; never printed.
+#[derive(Clone)]
+struct SecretKey(HmacSha256);
+
+/// A validated keyring.
+#[derive(Clone)]
+pub struct Keyring {
+    active: String,
+    keys: BTreeMap<String, SecretKey>,
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyring")
+            .field("active", &self.active)
+            .field("key_ids", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Keyring {
+    /// Parses and strictly validates `keyring.json`.
+    pub fn from_json(raw: &[u8]) -> Result<Keyring, KeyringError> {
+        // serde_json's message may quote input; report only its category and position.
+        let file: KeyringFile = serde_json::from_slice(raw).map_err(|e| {
+            KeyringError::Parse(format!(
+                "{:?} error at line {} column {}",
+                e.classify(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let active = file
+            .active_key_id
+            .filter(|id| !id.is_empty())
+            .ok_or(KeyringError::MissingActiveKeyId)?;
+        validate_key_id(&active)?;
+        if file.keys.is_empty() {
+            return Err(KeyringError::NoKeys);
+        }
+        let mut keys = BTreeMap::new();
+        for entry in file.keys {
+            validate_key_id(&entry.id)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(entry.key.trim())
+                .map_err(|_| KeyringError::BadBase64 {
+                    id: entry.id.clone(),
+                })?;
+            if bytes.len() < KEY_MIN_BYTES {
+                return Err(KeyringError::ShortKey {
+                    id: entry.id,
+                    len: bytes.len(),
+                });
+            }
+            let keyed = HmacSha256::new_from_slice(&bytes).map_err(|_| KeyringError::ShortKey {
+                id: entry.id.clone(),
+                len: bytes.len(),
+            })?;
+            if keys.insert(entry.id.clone(), SecretKey(keyed)).is_some() {
+                return Err(KeyringError::DuplicateKeyId(entry.id));
+            }
+        }
+        if !keys.contains_key(&active) {
+            return Err(KeyringError::ActiveKeyAbsent(active));
+        }
+        Ok(Keyring { active, keys })
+    }
+
+    /// Reads the keyring from the `keyring.json` key of a Secret.
+    pub fn from_secret(
+        secret: &k8s_openapi::api::core::v1::Secret,
+    ) -> Result<Keyring, KeyringError> {
+        if let Some(data) = secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
+            return Keyring::from_json(&data.0);
+        }
+        if let Some(text) = secret.string_data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
+            return Keyring::from_json(text.as_bytes());
+        }
+        Err(KeyringError::MissingData)
+    }
+
+    pub fn active_key_id(&self) -> &str {
+        &self.active
+    }
+
+    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.keys().map(String::as_str)
+    }
+
+    /// Tag binding `nodeclaim` of `cluster` to `instance_id`, under the active key.
+    pub fn sign(
+        &self,
+        cluster: &str,
+        nodeclaim: &str,
+        instance_id: &str,
+    ) -> Result<String, SignError> {
+        if cluster.is_empty() {
+            return Err(SignError::EmptyCluster);
+        }
+        if instance_id.is_empty() {
+            return Err(SignError::EmptyInstanceId);
+        }
+        if !is_dns_subdomain(nodeclaim) {
+            return Err(SignError::InvalidNodeClaim(nodeclaim.to_string()));
+        }
+        // The active key is in the map: `from_json` checked it.
+        let Some(key) = self.keys.get(&self.active) else {
+            return Err(SignError::ActiveKeyMissing);
+        };
+        let mac = compute_mac(key, &self.active, cluster, nodeclaim, instance_id);
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac[..MAC_BYTES]);
+        let tag = format!(
+            "{TAG_PREFIX}{TAG_VERSION}:{}:{nodeclaim}:{encoded}",
+            self.active
+        );
+        if tag.len() > INSTANCE_DESCRIPTION_MAX {
+            return Err(SignError::TooLong { len: tag.len() });
+        }
+        Ok(tag)
+    }
+
+    /// Checks `tag` for `cluster` and `instance_id` with any key of the ring.
+    pub fn verify(
+        &self,
+        tag: &str,
+        cluster: &str,
+        instance_id: &str,
+    ) -> Result<Owner, VerifyError> {
+        let body = tag
+            .strip_prefix(TAG_PREFIX)
+            .ok_or(VerifyError::Malformed("missing prefix"))?;
+        let mut parts = body.split(':');
+        let (Some(version), Some(key_id), Some(nodeclaim), Some(mac), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(VerifyError::Malformed("wrong number of fields"));
+        };
+        if version != TAG_VERSION {
+            return Err(VerifyError::UnsupportedVersion(version.to_string()));
+        }
+        if validate_key_id(key_id).is_err() {
+            return Err(VerifyError::Malformed("bad key ID"));
+        }
+        if !is_dns_subdomain(nodeclaim) {
+            return Err(VerifyError::Malformed("bad NodeClaim name"));
+        }
+        if mac.len() != MAC_CHARS {
+            return Err(VerifyError::Malformed("signature has the wrong length"));
+        }
+        // Strict decoding: non-canonical trailing bits are rejected, so every
+        // signature has exactly one spelling.
+        let mac = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(mac)
+            .map_err(|_| VerifyError::Malformed("signature is not base64url"))?;
+        let key = self
+            .keys
+            .get(key_id)
+            .ok_or_else(|| VerifyError::UnknownKey(key_id.to_string()))?;
+        let mut hmac = keyed(key);
+        feed(&mut hmac, key_id, cluster, nodeclaim, instance_id);
+        // Constant-time comparison of the kept prefix.
+        hmac.verify_truncated_left(&mac)
+            .map_err(|_| VerifyError::BadSignature)?;
+        Ok(Owner {
+            nodeclaim: nodeclaim.to_string(),
+            key_id: key_id.to_string(),
+        })
+    }
+
+    /// Finds the ownership tag(s) in an instance description and verifies them;
+    /// the first that verifies wins.
+    pub fn verify_description(
+        &self,
+        description: &str,
+        cluster: &str,
+        instance_id: &str,
+    ) -> Result<Owner, VerifyError> {
+        let mut last = VerifyError::NoTag;
+        for tag in tags_in(description) {
+            match self.verify(tag, cluster, instance_id) {
+                Ok(owner) => return Ok(owner),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The ownership-tag tokens of a description.
+pub fn tags_in(description: &str) -> impl Iterator<Item = &str> {
+    description
+        .split_whitespace()
+        .filter(|t| t.starts_with(TAG_PREFIX))
+}
+
+/// A description holding `human` text (shortened if needed, earlier tags
+/// removed) followed by `tag`, within the description limit.
+pub fn compose_description(human: &str, tag: &str) -> String {
+    let kept: Vec<&str> = human
+        .split_whitespace()
+        .filter(|t| !t.starts_with(TAG_PREFIX))
+        .collect();
+    let human = kept.join(" ");
+    let room = INSTANCE_DESCRIPTION_MAX.saturating_sub(tag.chars().count() + 1);
+    let short: String = human.chars().take(room).collect();
+    let short = short.trim_end();
+    if short.is_empty() {
+        tag.to_string()
+    } else {
+        format!("{short} {tag}")
+    }
+}
+
+fn keyed(key: &SecretKey) -> HmacSha256 {
+    key.0.clone()
+}
+
+fn feed(mac: &mut HmacSha256, key_id: &str, cluster: &str, nodeclaim: &str, instance_id: &str) {
+    mac.update(DOMAIN);
+    // Length prefixes make the encoding injective.
+    for field in [key_id, cluster, nodeclaim, instance_id] {
+        let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
+        mac.update(&len.to_be_bytes());
+        mac.update(field.as_bytes());
+    }
+}
+
+fn compute_mac(
+    key: &SecretKey,
+    key_id: &str,
+    cluster: &str,
+    nodeclaim: &str,
+    instance_id: &str,
+) -> Vec<u8> {
+    let mut mac = keyed(key);
+    feed(&mut mac, key_id, cluster, nodeclaim, instance_id);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn validate_key_id(id: &str) -> Result<(), KeyringError> {
+    let invalid = |reason| KeyringError::InvalidKeyId {
+        id: id.to_string(),
+        reason,
+    };
+    if id.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if id.chars().count() > KEY_ID_MAX {
+        return Err(invalid("longer than 7 characters"));
+    }
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid("only letters, digits, '-' and '_' are allowed"));
+    }
+    Ok(())
+}
+
+/// RFC 1123 subdomain, as Kubernetes object names are.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.first().is_some_and(|c| c.is_ascii_alphanumeric())
+                && b.last().is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+}
+
+/// The current keyring, swappable when its Secret changes. Reads are cheap
+/// clones of an `Arc`; a reload that fails validation keeps the old ring and
+/// is reported by [`KeyringHandle::last_error`].
+#[derive(Clone)]
+pub struct KeyringHandle {
+    current: Arc<RwLock<Arc<Keyring>>>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+    last_error: Arc<RwLock<Option<KeyringError>>>,
+    _watcher: Option<Arc<AbortOnDrop>>,
+}
+
+/// Former name of [`KeyringHandle`].
+pub type SharedKeyring = KeyringHandle;
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl KeyringHandle {
+    pub fn new(keyring: Keyring) -> Self {
+        let (generation, _) = tokio::sync::watch::channel(0);
+        KeyringHandle {
+            current: Arc::new(RwLock::new(Arc::new(keyring))),
+            generation: Arc::new(generation),
+            last_error: Arc::new(RwLock::new(None)),
+            _watcher: None,
+        }
+    }
+
+    pub fn current(&self) -> Arc<Keyring> {
+        match self.current.read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// How many reloads succeeded (0 = the initial keyring). Await
+    /// `changed()` on the receiver to learn of the next one.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Why the latest reload was rejected, if it was (cleared by a good reload).
+    pub fn last_error(&self) -> Option<KeyringError> {
+        match self.last_error.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Validates `raw` and swaps it in; on error the previous keyring stays.
+    pub fn reload_from_json(&self, raw: &[u8]) -> Result<(), KeyringError> {
+        self.outcome(Keyring::from_json(raw))
+    }
+
+    /// Like [`Self::reload_from_json`], from the Secret object.
+    pub fn reload_from_secret(
+        &self,
+        secret: &k8s_openapi::api::core::v1::Secret,
+    ) -> Result<(), KeyringError> {
+        self.outcome(Keyring::from_secret(secret))
+    }
+
+    fn outcome(&self, next: Result<Keyring, KeyringError>) -> Result<(), KeyringError> {
+        let result = match next {
+            Ok(next) => {
+                self.replace(next);
+                Ok(())
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "rejected new ownership keyring; keeping the previous one");
+                Err(err)
+            }
+        };
+        let stored = result.as_ref().err().cloned();
+        match self.last_error.write() {
+            Ok(mut g) => *g = stored,
+            Err(p) => *p.into_inner() = stored,
+        }
+        result
+    }
+
+    /// Keeps `task` (the reload watch feeding this handle) running while any clone of the
+    /// returned handle lives; the watch itself should hold a [`Self::detached`] clone.
+    pub fn owning(mut self, task: tokio::task::JoinHandle<()>) -> Self {
+        self._watcher = Some(Arc::new(AbortOnDrop(task)));
+        self
+    }
+
+    /// A clone that does not keep the reload watch alive.
+    pub fn detached(&self) -> Self {
+        KeyringHandle {
+            _watcher: None,
+            ..self.clone()
+        }
+    }
+
+    fn replace(&self, next: Keyring) {
+        let active = next.active_key_id().to_string();
+        match self.current.write() {
+            Ok(mut guard) => *guard = Arc::new(next),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(next),
+        }
+        self.generation.send_modify(|g| *g += 1);
+        tracing::info!(active_key_id = %active, "ownership keyring reloaded");
+    }
+}
+
+impl fmt::Debug for KeyringHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("KeyringHandle")
+            .field(&self.current())
+            .finish()
+    }
+}

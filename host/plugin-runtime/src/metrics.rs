@@ -1,0 +1,114 @@
+//! The plugin runtime's metrics, registered into the controller's Prometheus registry.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub world: String,
+    pub plugin: String,
+    /// `ok` or `error`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginRejection {
+    pub world: String,
+    /// `digest`, `compile`, `world`, `trap`, `timeout`, `oversized`, ...
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginActive {
+    pub world: String,
+    pub plugin: String,
+    pub digest: String,
+}
+
+fn plugin_histogram() -> Histogram {
+    // 10 µs to about 0.3 s.
+    Histogram::new(exponential_buckets(0.00001, 2.0, 16))
+}
+
+/// Calls, durations, rejections and the active plugin per world.
+#[derive(Debug)]
+pub struct PluginMetrics {
+    pub calls: Family<PluginLabels, Counter>,
+    pub duration: Family<PluginLabels, Histogram, fn() -> Histogram>,
+    pub rejections: Family<PluginRejection, Counter>,
+    /// 1 for the plugin serving each world (absent: the native default serves).
+    pub active: Family<PluginActive, Gauge>,
+    active_by_world: Mutex<HashMap<String, PluginActive>>,
+}
+
+impl Default for PluginMetrics {
+    fn default() -> Self {
+        PluginMetrics {
+            calls: Family::default(),
+            duration: Family::new_with_constructor(plugin_histogram),
+            rejections: Family::default(),
+            active: Family::default(),
+            active_by_world: Mutex::default(),
+        }
+    }
+}
+
+impl PluginMetrics {
+    /// Registers the families in `registry` (already prefixed `karpenter` by the controller).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kakaocloud_plugin_calls",
+            "Plugin calls, by world, plugin and result",
+            self.calls.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_call_duration_seconds",
+            "Duration of plugin calls",
+            self.duration.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_rejections",
+            "Plugins refused at load, by world and reason",
+            self.rejections.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_active",
+            "The plugin serving each world, with its digest",
+            self.active.clone(),
+        );
+    }
+
+    /// Records `plugin` (of `digest`) as the one serving `world`.
+    pub fn set_active(&self, world: &str, plugin: &str, digest: &str) {
+        self.clear_active(world);
+        let labels = PluginActive {
+            world: world.into(),
+            plugin: plugin.into(),
+            digest: digest.into(),
+        };
+        self.active.get_or_create(&labels).set(1);
+        self.active_by_world
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(world.into(), labels);
+    }
+
+    /// No plugin serves `world` any more.
+    pub fn clear_active(&self, world: &str) {
+        if let Some(old) = self
+            .active_by_world
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(world)
+        {
+            self.active.remove(&old);
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The active plugin per role, swapped atomically, and the adapters the controllers call through
+//! the host's seams ([`InstanceRanker`], [`ConsolidationScorer`], [`UserdataRenderer`]). With no
+//! plugin loaded for a role, its native default answers.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use super::convert::SelectorCatalog;
+use super::engine::{Loaded, Runtime, sha256_hex};
+use super::{Kind, PluginError, convert};
+use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection};
+use kk_engine::disruption::Reason;
+use kk_engine::disruption::scorer::{
+    self as native_scorer, ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError,
+};
+use kk_engine::scheduling::Resources;
+use kk_engine::scheduling::instance_types::{InstanceType, Offering};
+use kk_engine::scheduling::ranker::{
+    self, Candidate, Catalog, CheapestFitRanker, InstanceRanker, RankError, RankRequest,
+};
+use kk_engine::userdata::{KubeadmRenderer, UserdataError, UserdataInput, UserdataRenderer};
+
+/// Largest component accepted, after decompression.
+pub const MAX_COMPONENT_BYTES: u64 = 32 << 20;
+
+/// A plugin as a ConfigMap carries it.
+#[derive(Clone)]
+pub struct Source {
+    pub name: String,
+    pub kind: Kind,
+    /// The component, gzip-compressed or not.
+    pub wasm: Vec<u8>,
+    /// Hex sha256 of the uncompressed component.
+    pub digest: String,
+    pub config: String,
+}
+
+impl Source {
+    /// A plugin from its uncompressed component, its digest computed here (tests, benches, and
+    /// anything loading a component it built itself rather than from a ConfigMap).
+    pub fn new(name: &str, kind: Kind, wasm: Vec<u8>, config: &str) -> Source {
+        Source {
+            name: name.into(),
+            kind,
+            digest: sha256_hex(&wasm),
+            wasm,
+            config: config.into(),
+        }
+    }
+}
+
+/// The component bytes, gunzipped when they are gzip (bounded, so a zip bomb is refused).
+pub fn decode(bytes: &[u8]) -> Result<Vec<u8>, PluginError> {
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes.to_vec());
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| PluginError::Invalid(format!("{} is not valid gzip: {e}", super::WASM_KEY)))?;
+    if out.len() as u64 > MAX_COMPONENT_BYTES {
+        return Err(PluginError::Invalid(format!(
+            "component is larger than {MAX_COMPONENT_BYTES} bytes"
+        )));
+    }
+    Ok(out)
+}
+
+pub struct Registry {
+    runtime: Arc<Runtime>,
+    slots: [RwLock<Option<Arc<Loaded>>>; 3],
+    metrics: Option<Arc<PluginMetrics>>,
+    /// Components compiled (not loaded from the artifact cache), for tests and logs.
+    compiled: AtomicUsize,
+    /// The last catalog converted for selectors: solves reuse one catalog for many calls, and
+    /// rounds rebuild equal ones, so it is converted once per fingerprint.
+    selector_catalog: Mutex<Option<Arc<SelectorCatalog>>>,
+}
+
+fn slot(kind: Kind) -> usize {
+    match kind {
+        Kind::Selector => 0,
+        Kind::Scorer => 1,
+        Kind::Userdata => 2,
+    }
+}
+
+impl Registry {
+    pub fn new(runtime: Arc<Runtime>, metrics: Option<Arc<PluginMetrics>>) -> Arc<Registry> {
+        Arc::new(Registry {
+            runtime,
+            slots: Default::default(),
+            metrics,
+            compiled: AtomicUsize::new(0),
+            selector_catalog: Mutex::new(None),
+        })
+    }
+
+    /// `catalog` as selectors take it, converted once per fingerprint.
+    pub fn selector_catalog(&self, catalog: &Catalog<'_>) -> Arc<SelectorCatalog> {
+        let mut cached = self
+            .selector_catalog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match cached.as_ref() {
+            Some(c) if c.fingerprint == catalog.fingerprint => c.clone(),
+            _ => {
+                let converted = Arc::new(convert::catalog(catalog));
+                *cached = Some(converted.clone());
+                converted
+            }
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// How many components this registry compiled (cache misses).
+    pub fn compiled(&self) -> usize {
+        self.compiled.load(Ordering::Relaxed)
+    }
+
+    /// The plugin serving `kind`, if any (else the native default serves).
+    pub fn active(&self, kind: Kind) -> Option<Arc<Loaded>> {
+        self.slots[slot(kind)]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Verifies, compiles, links and self-tests `source`, then makes it the active plugin of its
+    /// role. On any failure the active plugin is unchanged.
+    pub fn apply(&self, source: &Source) -> Result<Arc<Loaded>, PluginError> {
+        let result = self.load(source);
+        match &result {
+            Ok(loaded) => {
+                *self.slots[slot(source.kind)]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
+                tracing::info!(plugin = %source.name, world = %source.kind, digest = %loaded.digest, "plugin active");
+                if let Some(m) = &self.metrics {
+                    m.set_active(source.kind.world(), &source.name, &loaded.digest);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %source.name, world = %source.kind, error = %e, "plugin rejected; the previous one keeps serving");
+                if let Some(m) = &self.metrics {
+                    m.rejections
+                        .get_or_create(&PluginRejection {
+                            world: source.kind.world().into(),
+                            reason: e.kind().into(),
+                        })
+                        .inc();
+                }
+            }
+        }
+        result
+    }
+
+    fn load(&self, source: &Source) -> Result<Arc<Loaded>, PluginError> {
+        let wasm = decode(&source.wasm)?;
+        let actual = sha256_hex(&wasm);
+        if !actual.eq_ignore_ascii_case(source.digest.trim()) {
+            return Err(PluginError::DigestMismatch {
+                expected: source.digest.trim().to_owned(),
+                actual,
+            });
+        }
+        if !source.config.trim().is_empty() {
+            serde_json::from_str::<serde_json::Value>(&source.config).map_err(|e| {
+                PluginError::Invalid(format!("{} is not JSON: {e}", super::CONFIG_KEY))
+            })?;
+        }
+        let (component, cached) = self.runtime.compile(&wasm, &actual)?;
+        if !cached {
+            self.compiled.fetch_add(1, Ordering::Relaxed);
+        }
+        let loaded = Arc::new(self.runtime.link(
+            &source.name,
+            source.kind,
+            &component,
+            source.config.clone(),
+            actual,
+        )?);
+        self_test(&loaded)?;
+        Ok(loaded)
+    }
+
+    /// Stops using plugin `name` for `kind` (its ConfigMap is gone): the native default serves.
+    pub fn remove(&self, kind: Kind, name: &str) -> bool {
+        let mut slot = self.slots[slot(kind)]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|l| l.name == name) {
+            *slot = None;
+            tracing::info!(plugin = name, world = %kind, "plugin removed; the native default serves");
+            if let Some(m) = &self.metrics {
+                m.clear_active(kind.world());
+            }
+            return true;
+        }
+        false
+    }
+
+    fn observe(&self, kind: Kind, plugin: &str, started: Instant, ok: bool) {
+        if let Some(m) = &self.metrics {
+            let labels = PluginLabels {
+                world: kind.world().into(),
+                plugin: plugin.into(),
+                result: if ok { "ok" } else { "error" }.into(),
+            };
+            m.calls.get_or_create(&labels).inc();
+            m.duration
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// A small realistic input per world; a plugin that fails it never serves.
+fn self_test(loaded: &Loaded) -> Result<(), PluginError> {
+    let invalid = |detail: String| PluginError::InvalidOutput {
+        plugin: loaded.name.clone(),
+        detail,
+    };
+    match loaded.kind {
+        Kind::Selector => {
+            let types = fixture_types();
+            let catalog = Catalog::new(&types);
+            let candidates: Vec<Candidate<'_>> = (0..types.len())
+                .map(|i| Candidate::available(&catalog, i))
+                .collect();
+            let req = RankRequest {
+                node_pool: "self-test",
+                requests: Resources::new(500, 1 << 30, 1),
+                catalog,
+                candidates: &candidates,
+            };
+            let order = loaded.rank(&convert::catalog(&catalog), &convert::rank_input(&req))?;
+            let order: Vec<usize> = order.into_iter().map(|i| i as usize).collect();
+            ranker::validate(&loaded.name, &order, candidates.len())
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        Kind::Scorer => {
+            let candidates = fixture_candidates();
+            let scores = loaded.score(&convert::score_input(&candidates))?;
+            native_scorer::validate(&loaded.name, &scores, candidates.len())
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        Kind::Userdata => {
+            let input = fixture_userdata();
+            let text = loaded.render(&convert::userdata_input(&input, "self-test"))?;
+            if text.trim().is_empty() {
+                return Err(invalid("empty userdata".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fixture_types() -> Vec<InstanceType> {
+    [
+        ("m2a.large", 2u64, 8u64, 100_000u64),
+        ("m2a.xlarge", 4, 16, 200_000),
+        ("c2a.large", 2, 4, 80_000),
+    ]
+    .into_iter()
+    .map(|(name, cpu, mem, price)| {
+        InstanceType::new(
+            name,
+            Resources::new(cpu * 1000, mem << 30, 110),
+            vec![Offering {
+                zone: "kr-central-2-a".into(),
+                capacity_type: "on-demand".into(),
+                price_micros: price,
+                available: true,
+            }],
+        )
+    })
+    .collect()
+}
+
+fn fixture_candidates() -> Vec<ScoreCandidate> {
+    (0..2)
+        .map(|i| ScoreCandidate {
+            node_name: format!("self-test-{i}"),
+            instance_type: "m2a.large".into(),
+            node_pool: "self-test".into(),
+            zone: "kr-central-2-a".into(),
+            capacity_type: "on-demand".into(),
+            price_micros: 100_000,
+            cpu_utilisation_permille: 200 + 300 * i,
+            memory_utilisation_permille: 300,
+            age_seconds: 3600,
+            pod_count: 2,
+            disruption_cost: 2.0,
+            pods_fit_elsewhere: i == 0,
+            replacement_price_micros: (i == 1).then_some(50_000),
+            reason: Reason::Underutilized,
+        })
+        .collect()
+}
+
+fn fixture_userdata() -> UserdataInput {
+    UserdataInput {
+        api_endpoint: "https://10.0.0.1:6443".into(),
+        ca_pem: "-----BEGIN CERTIFICATE-----\nU0VMRi1URVNU\n-----END CERTIFICATE-----\n".into(),
+        ca_hash: format!("sha256:{}", "0".repeat(64)),
+        bootstrap_token: "abcdef.0123456789abcdef".into(),
+        kubernetes_version: "1.35".into(),
+        node_name: "self-test".into(),
+        labels: [("karpenter.sh/nodepool".to_owned(), "self-test".to_owned())].into(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        kubelet_args: Default::default(),
+        cni: "cilium".into(),
+    }
+}
+
+/// The instance-selector seam: the active plugin, else the native cheapest-fit ranker.
+pub struct PluginRanker {
+    pub registry: Arc<Registry>,
+}
+
+impl InstanceRanker for PluginRanker {
+    fn name(&self) -> &str {
+        "plugin:instance-selector"
+    }
+
+    fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
+        let Some(plugin) = self.registry.active(Kind::Selector) else {
+            return CheapestFitRanker.rank(request);
+        };
+        let started = Instant::now();
+        let catalog = self.registry.selector_catalog(&request.catalog);
+        let result = plugin
+            .rank(&catalog, &convert::rank_input(request))
+            .map_err(|e| RankError::Failed {
+                ranker: plugin.name.clone(),
+                message: e.to_string(),
+            })
+            .and_then(|order| {
+                let order: Vec<usize> = order.into_iter().map(|i| i as usize).collect();
+                ranker::validate(&plugin.name, &order, request.candidates.len()).map(|_| order)
+            });
+        self.registry
+            .observe(Kind::Selector, &plugin.name, started, result.is_ok());
+        result
+    }
+}
+
+/// The consolidation-scorer seam: the active plugin, else the native savings-per-disruption.
+pub struct PluginScorer {
+    pub registry: Arc<Registry>,
+}
+
+impl ConsolidationScorer for PluginScorer {
+    fn name(&self) -> &str {
+        "plugin:consolidation-scorer"
+    }
+
+    fn score(&self, candidates: &[ScoreCandidate]) -> Result<Vec<f64>, ScoreError> {
+        let Some(plugin) = self.registry.active(Kind::Scorer) else {
+            return SavingsPerDisruption.score(candidates);
+        };
+        let started = Instant::now();
+        let result = plugin
+            .score(&convert::score_input(candidates))
+            .map_err(|e| ScoreError::Failed {
+                scorer: plugin.name.clone(),
+                message: e.to_string(),
+            })
+            .and_then(|s| native_scorer::validate(&plugin.name, &s, candidates.len()).map(|_| s));
+        self.registry
+            .observe(Kind::Scorer, &plugin.name, started, result.is_ok());
+        result
+    }
+}
+
+/// The userdata seam: the active plugin, else the native kubeadm renderer.
+pub struct PluginRenderer {
+    pub registry: Arc<Registry>,
+}
+
+impl UserdataRenderer for PluginRenderer {
+    fn name(&self) -> &str {
+        "plugin:userdata-renderer"
+    }
+
+    fn render(&self, input: &UserdataInput) -> Result<String, UserdataError> {
+        let Some(plugin) = self.registry.active(Kind::Userdata) else {
+            return KubeadmRenderer.render(input);
+        };
+        let pool = input
+            .labels
+            .get("karpenter.sh/nodepool")
+            .cloned()
+            .unwrap_or_default();
+        let started = Instant::now();
+        let result = plugin
+            .render(&convert::userdata_input(input, &pool))
+            .map_err(|e| UserdataError::Failed {
+                renderer: plugin.name.clone(),
+                message: e.to_string(),
+            });
+        self.registry
+            .observe(Kind::Userdata, &plugin.name, started, result.is_ok());
+        result
+    }
+}

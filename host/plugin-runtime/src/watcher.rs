@@ -1,0 +1,178 @@
+//! Plugin ConfigMaps in the system namespace (labelled with their world) to registry updates:
+//! an apply or change loads and swaps, a deletion reverts to the native default, and every
+//! outcome is an Event on the ConfigMap.
+
+use kk_apis::names::{annotation, label};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::registry::{Registry, Source};
+use super::{CONFIG_KEY, Kind, PluginError, WASM_KEY};
+
+/// What a plugin ConfigMap says, or why it cannot be read.
+pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
+    let world = cm
+        .labels()
+        .get(label::PLUGIN_WORLD)
+        .cloned()
+        .unwrap_or_default();
+    let kind = Kind::from_world(&world)
+        .ok_or_else(|| PluginError::Invalid(format!("label {}={world:?} is not one of instance-selector, consolidation-scorer, userdata-renderer", label::PLUGIN_WORLD)))?;
+    let digest = cm
+        .annotations()
+        .get(annotation::PLUGIN_SHA256)
+        .cloned()
+        .ok_or_else(|| {
+            PluginError::Invalid(format!(
+                "annotation {} is missing",
+                annotation::PLUGIN_SHA256
+            ))
+        })?;
+    let wasm = cm
+        .binary_data
+        .as_ref()
+        .and_then(|b| b.get(WASM_KEY))
+        .map(|b| b.0.clone())
+        .ok_or_else(|| PluginError::Invalid(format!("binaryData {WASM_KEY} is missing")))?;
+    let config = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CONFIG_KEY))
+        .cloned()
+        .unwrap_or_else(|| "{}".into());
+    Ok(Source {
+        name: cm.name_any(),
+        kind,
+        wasm,
+        digest,
+        config,
+    })
+}
+
+/// Watches plugin ConfigMaps of `namespace` until the process stops. `synced` becomes true once
+/// every ConfigMap of the first list has been loaded or refused, so the controllers can start
+/// on the plugins the user configured rather than on the native defaults.
+pub async fn run(
+    client: kube::Client,
+    namespace: String,
+    registry: Arc<Registry>,
+    synced: tokio::sync::watch::Sender<bool>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let reporter = Reporter {
+        controller: "karpenter-kakaocloud-plugins".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    // The digest each ConfigMap was last applied at: a resync of an unchanged map is a no-op.
+    let mut seen: std::collections::HashMap<String, (Kind, String)> = Default::default();
+    let config = watcher::Config::default().labels(label::PLUGIN_WORLD);
+    let mut events = watcher(api, config).boxed();
+    // ConfigMaps seen during a (re)list: one deleted while the watch was down gets no Delete
+    // event, so whatever the relist did not return is removed at its end.
+    let mut listed: Option<std::collections::HashSet<String>> = None;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "plugin ConfigMap watch error; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) => {
+                if let Some(listed) = listed.as_mut() {
+                    listed.insert(cm.name_any());
+                }
+                // A recorder per outcome: kube's recorder folds events of the same reason on the
+                // same object into one series and keeps the first note, which would hide which
+                // digest is now active.
+                let recorder = Recorder::new(client.clone(), reporter.clone());
+                apply(&registry, &recorder, &cm, &mut seen).await
+            }
+            watcher::Event::Delete(cm) => {
+                if let Some((kind, _)) = seen.remove(&cm.name_any()) {
+                    registry.remove(kind, &cm.name_any());
+                }
+            }
+            watcher::Event::Init => listed = Some(Default::default()),
+            watcher::Event::InitDone => {
+                let listed = listed.take().unwrap_or_default();
+                let gone: Vec<(String, Kind)> = seen
+                    .iter()
+                    .filter(|(name, _)| !listed.contains(*name))
+                    .map(|(name, (kind, _))| (name.clone(), *kind))
+                    .collect();
+                for (name, kind) in gone {
+                    seen.remove(&name);
+                    registry.remove(kind, &name);
+                }
+                synced.send_replace(true);
+            }
+        }
+    }
+}
+
+async fn apply(
+    registry: &Registry,
+    recorder: &Recorder,
+    cm: &ConfigMap,
+    seen: &mut std::collections::HashMap<String, (Kind, String)>,
+) {
+    let name = cm.name_any();
+    let version = cm.resource_version().unwrap_or_default();
+    if seen.get(&name).is_some_and(|(_, v)| *v == version) {
+        return;
+    }
+    let outcome = source_of(cm).and_then(|source| {
+        registry
+            .apply(&source)
+            .map(|l| (source.kind, l.digest.clone()))
+    });
+    let (type_, reason, note) = match &outcome {
+        Ok((kind, digest)) => {
+            seen.insert(name.clone(), (*kind, version));
+            (
+                EventType::Normal,
+                "PluginActive",
+                format!("{kind} plugin {name} is active (sha256 {digest})"),
+            )
+        }
+        Err(e) => {
+            let serving = Kind::ALL
+                .into_iter()
+                .find(|k| {
+                    cm.labels().get(label::PLUGIN_WORLD).map(String::as_str) == Some(k.world())
+                })
+                .and_then(|k| registry.active(k))
+                .map_or("the native default".to_owned(), |l| {
+                    format!(
+                        "plugin {} ({})",
+                        l.name,
+                        &l.digest[..12.min(l.digest.len())]
+                    )
+                });
+            (
+                EventType::Warning,
+                "PluginRejected",
+                format!("{e}; {serving} keeps serving"),
+            )
+        }
+    };
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Load".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &cm.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not publish plugin event");
+    }
+}
