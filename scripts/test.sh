@@ -6,10 +6,10 @@ source scripts/env.sh
 
 bash scripts/setup.sh
 bash scripts/build-plugins.sh
-# The default plugins into the chart, for the helm install test (host/tests/chart_install.rs).
+# The default plugins into the chart, for the helm install test (host/controller/tests/e2e/chart_install.rs).
 bash scripts/package-chart.sh --no-package
 bash tests/controlplane/build.sh
-# helm for the chart tests (host/tests/chart_*.rs) and the demo.
+# helm for the chart tests (host/controller/tests/e2e/chart_*.rs) and the demo.
 bash tests/controlplane/build-helm.sh
 
 cargo fmt --all --check

@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-const GUIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/install-guide");
+const GUIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/install-guide");
 
 async fn control_plane() -> &'static controlplane::ControlPlane {
     let cp = controlplane::shared().await;

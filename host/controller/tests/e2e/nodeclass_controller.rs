@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-const GUIDE_CLASS: &str = include_str!("../../examples/install-guide/kcnodeclass.yaml");
+const GUIDE_CLASS: &str = include_str!("../../../../examples/install-guide/kcnodeclass.yaml");
 const SUBNET_A: &str = "subnet-proj-1-a";
 const WORKER_SG: &str = "sg-proj-1-demo-cluster-worker";
 const DEADLINE: Duration = Duration::from_secs(30);

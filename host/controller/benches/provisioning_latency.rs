@@ -5,7 +5,7 @@
 //! `cargo bench -p karpenter-kakaocloud --bench provisioning_latency` prints a table (needs the
 //! control-plane binaries: `tests/controlplane/build.sh`).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/e2e/support.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

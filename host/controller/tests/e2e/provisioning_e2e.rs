@@ -1,7 +1,7 @@
 //! Provisioning end to end: the install guide's Step 5 and the lifecycle's failure paths, each on
 //! a private control plane with the simulator and the operator (see `support`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 
@@ -38,7 +38,7 @@ async fn install_guide_step_5_runs_the_demo_on_new_nodes() {
         "apply",
         "-f",
         &format!(
-            "{}/../examples/install-guide/karpenter-demo.yaml",
+            "{}/../../examples/install-guide/karpenter-demo.yaml",
             env!("CARGO_MANIFEST_DIR")
         ),
     ]);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 #[test]
 fn committed_crds_are_current() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crds");
     let mut stale = Vec::new();
     let files = kk_apis::crd::generated_files().expect("CRDs serialize");
     assert_eq!(files.len(), 3, "KCNodeClass, NodePool, NodeClaim");

@@ -2,7 +2,7 @@
 //! with the simulator and the operator (see `support`). Disruption passes run every second with a
 //! one-second validation delay; NodePools here use short `consolidateAfter` values.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -83,7 +83,7 @@ async fn install_guide_cleanup_removes_empty_nodes_and_their_instances() {
     env.apply_guide().await;
     let ns = env.cp.fresh_namespace("demo").await.unwrap();
     let demo = format!(
-        "{}/../examples/install-guide/karpenter-demo.yaml",
+        "{}/../../examples/install-guide/karpenter-demo.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
     env.kubectl(&["-n", &ns, "apply", "-f", &demo]);

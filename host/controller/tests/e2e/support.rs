@@ -29,7 +29,7 @@ pub const WORKER_SG: &str = "sg-proj-1-demo-cluster-worker";
 pub const DEADLINE: Duration = Duration::from_secs(90);
 pub const KEYRING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#;
 
-const GUIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/install-guide");
+const GUIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/install-guide");
 
 /// What differs between tests.
 pub struct Options {
