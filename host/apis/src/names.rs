@@ -35,6 +35,8 @@ pub mod label {
     pub const INSTANCE_GPU_NAME: &str = "karpenter.kakaocloud.com/instance-gpu-name";
     /// The KakaoCloud flavor ID behind an instance type (launch needs the ID, not the name).
     pub const FLAVOR_ID: &str = "karpenter.kakaocloud.com/flavor-id";
+    /// On a Node: Karpenter leaves its taints alone at registration.
+    pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
     /// Which world a plugin ConfigMap implements.
     pub const PLUGIN_WORLD: &str = "karpenter.kakaocloud.com/plugin-world";
 
@@ -56,8 +58,6 @@ pub mod label {
 pub mod annotation {
     /// On a pod or node: keep it from voluntary disruption.
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-    /// On a Node: Karpenter leaves its taints alone.
-    pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
     /// The NodePool template hash, on NodePools and the NodeClaims made from them.
     pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
     /// Version of the hash algorithm; hashes of different versions are not compared.

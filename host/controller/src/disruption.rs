@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::events::Events;
 use crate::metrics::{DecisionLabels, Metrics, NodePoolReason};
 use crate::provisioning::catalog::LiveCatalog;
 use kk_apis::crd::NodeClaim;
@@ -26,7 +26,7 @@ use kk_engine::disruption::scorer::ConsolidationScorer;
 
 use crate::state::ClusterState;
 use kk_engine::scheduling::translate;
-use kk_engine::scheduling::{NodeClaimDraft, PoolRequirement, Resources};
+use kk_engine::scheduling::{InstanceType, NodeClaimDraft, PoolRequirement, Resources};
 
 /// Tunables (upstream: a pass every 10 s, 15 s between planning and validation).
 #[derive(Debug, Clone, Copy)]
@@ -53,8 +53,34 @@ pub struct Disrupter {
     pub catalog: Arc<LiveCatalog>,
     pub scorer: Arc<dyn ConsolidationScorer>,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: Events,
     pub options: Options,
+}
+
+/// The planner's view of the shared cluster state: its stores, and provisioning's nominations.
+pub fn snapshot_of(
+    state: &ClusterState,
+    instance_types: Vec<InstanceType>,
+    now: Timestamp,
+) -> ClusterSnapshot {
+    let pdbs = owned(state.pdbs.state());
+    let nominated = state.nominated_targets();
+    let pools = owned(state.nodepools.state());
+    let claims = owned(state.nodeclaims.state());
+    let nodes = owned(state.nodes.state());
+    let pods = owned(state.pods.state());
+    let classes = owned(state.nodeclasses.state());
+    build::snapshot(Objects {
+        now,
+        pools: &pools,
+        claims: &claims,
+        nodes: &nodes,
+        pods: &pods,
+        classes: &classes,
+        pdbs: &pdbs,
+        nominated: &nominated,
+        instance_types,
+    })
 }
 
 impl Disrupter {
@@ -71,24 +97,8 @@ impl Disrupter {
     }
 
     async fn snapshot(&self) -> anyhow::Result<ClusterSnapshot> {
-        let pdbs: Api<PodDisruptionBudget> = Api::all(self.client.clone());
-        let pdbs = pdbs.list(&ListParams::default()).await?.items;
-        let pools = owned(self.state.nodepools.state());
-        let claims = owned(self.state.nodeclaims.state());
-        let nodes = owned(self.state.nodes.state());
-        let pods = owned(self.state.pods.state());
-        let classes = owned(self.state.nodeclasses.state());
         let instance_types = self.catalog.instance_types().await?;
-        Ok(build::snapshot(Objects {
-            now: Timestamp::now(),
-            pools: &pools,
-            claims: &claims,
-            nodes: &nodes,
-            pods: &pods,
-            classes: &classes,
-            pdbs: &pdbs,
-            instance_types,
-        }))
+        Ok(snapshot_of(&self.state, instance_types, Timestamp::now()))
     }
 
     /// One pass: plan, validate, act.
@@ -97,7 +107,13 @@ impl Disrupter {
         self.metrics
             .cluster_hourly_price_micros
             .set(snapshot.hourly_price_micros() as i64);
-        let plan = plan(&snapshot, self.scorer.as_ref());
+        // Planning simulates every candidate (and calls the scorer plugin): off the async workers.
+        let scorer = Arc::clone(&self.scorer);
+        let (snapshot, plan) = tokio::task::spawn_blocking(move || {
+            let plan = plan(&snapshot, scorer.as_ref());
+            (snapshot, plan)
+        })
+        .await?;
         let commands: Vec<Command> = plan.forceful.into_iter().chain(plan.graceful).collect();
         if commands.is_empty() {
             return Ok(());
@@ -118,18 +134,10 @@ impl Disrupter {
     }
 
     async fn event_claim(&self, claim: &str, type_: EventType, reason: &str, note: String) {
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        if let Ok(nc) = claims.get(claim).await {
-            let ev = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Disrupt".into(),
-                secondary: None,
-            };
-            if let Err(err) = self.recorder.publish(&ev, &nc.object_ref(&())).await {
-                tracing::debug!(error = %err, "could not publish event");
-            }
+        if let Some(nc) = self.state.nodeclaim(claim) {
+            self.events
+                .publish(&nc.object_ref(&()), type_, reason, note)
+                .await;
         }
     }
 
@@ -148,8 +156,15 @@ impl Disrupter {
             })
             .collect();
         let nodes: Api<Node> = Api::all(self.client.clone());
+        // Marked first: provisioning stops placing pods on them before the taint lands.
+        self.state
+            .mark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
         for (node, _, _) in &targets {
-            taint(&nodes, node, true).await?;
+            if let Err(err) = taint(&nodes, node, true).await {
+                self.state
+                    .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
+                return Err(err.into());
+            }
         }
         let decision = if cmd.replacement.is_some() {
             "replace"
@@ -170,6 +185,8 @@ impl Disrupter {
                     for (node, _, _) in &targets {
                         let _ = taint(&nodes, node, false).await;
                     }
+                    self.state
+                        .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
                     return Err(err);
                 }
             }
@@ -350,4 +367,99 @@ async fn taint(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), kube::Erro
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kk_engine::disruption::{Blocker, SavingsPerDisruption, plan::node_blocker};
+    use kk_engine::scheduling::Offering;
+    use serde_json::json;
+
+    fn objects() -> (Vec<Node>, Vec<NodeClaim>, Vec<kk_apis::NodePool>) {
+        let pool: kk_apis::NodePool = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "default"},
+                    "requirements": []
+                }},
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+            }
+        }))
+        .unwrap();
+        let labels = json!({
+            label::NODEPOOL: "default",
+            label::INSTANCE_TYPE: "m2a.large",
+            label::ZONE: "kr-central-2-a",
+            label::CAPACITY_TYPE: "on-demand",
+        });
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-abcde", "labels": labels, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "default"},
+                "requirements": []
+            },
+            "status": {
+                "providerID": "kakaocloud:///kr-central-2-a/i-1",
+                "nodeName": "node-1",
+                "conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:01:00Z"}]
+            }
+        }))
+        .unwrap();
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "node-1", "labels": labels},
+            "spec": {"providerID": "kakaocloud:///kr-central-2-a/i-1"},
+            "status": {
+                "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .unwrap();
+        (vec![node], vec![claim], vec![pool])
+    }
+
+    fn catalog() -> Vec<InstanceType> {
+        vec![InstanceType::new(
+            "m2a.large",
+            Resources::new(2000, 8 << 30, 110),
+            vec![Offering {
+                zone: "kr-central-2-a".into(),
+                capacity_type: "on-demand".into(),
+                price_micros: 100_000,
+                available: true,
+            }],
+        )]
+    }
+
+    #[test]
+    fn a_freshly_nominated_node_is_not_consolidated() {
+        let (nodes, claims, pools) = objects();
+        let state = ClusterState::for_test(nodes, claims, Vec::new(), pools);
+        let now = Timestamp::now();
+
+        let before = snapshot_of(&state, catalog(), now);
+        assert_eq!(node_blocker(&before, &before.nodes[0]), None);
+        let plan_before = plan(&before, &SavingsPerDisruption);
+        assert!(
+            plan_before.graceful.iter().any(|c| c.candidates == [0]),
+            "the empty node is consolidated while nothing is nominated to it: {plan_before:?}"
+        );
+
+        // Provisioning places a pending pod on the node's NodeClaim.
+        state.nominate("pending-pod-uid", "default-abcde");
+        let after = snapshot_of(&state, catalog(), now);
+        assert_eq!(
+            node_blocker(&after, &after.nodes[0]),
+            Some(Blocker::Nominated)
+        );
+        let plan_after = plan(&after, &SavingsPerDisruption);
+        assert!(
+            plan_after.graceful.is_none() && plan_after.forceful.is_empty(),
+            "a nominated node is left alone: {plan_after:?}"
+        );
+    }
 }

@@ -1,10 +1,11 @@
-//! karpenter-provider-kakaocloud: the host controller.
-//!
-//! One module per responsibility (see DESIGN.md). Policies run as WebAssembly
-//! components loaded by [`plugins`]; everything that touches money or safety
-//! (KakaoCloud calls, signed ownership, NodeClaim reconciliation) lives here.
+//! karpenter-provider-kakaocloud: the controller. The wiring of the crates below it, the one
+//! shared cluster state ([`state`]), and one module per controller: [`nodeclass`],
+//! [`provisioning`], [`lifecycle`] (by phase), [`termination`], [`disruption`], [`gc`].
+//! Policies run as WebAssembly components (`kk_plugin_runtime`); decisions are computed by the
+//! pure `kk_engine` on blocking threads. See `docs/architecture.md`.
 pub mod config;
 pub mod disruption;
+pub mod events;
 pub mod gc;
 pub mod keyring;
 pub mod lifecycle;
@@ -12,5 +13,6 @@ pub mod metrics;
 pub mod nodeclass;
 pub mod operator;
 pub mod provisioning;
+pub mod retry;
 pub mod state;
 pub mod termination;

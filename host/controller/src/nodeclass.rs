@@ -17,15 +17,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::events::Events;
+use crate::state::ClusterState;
 use kakaocloud::{self, api};
 use kk_apis::crd::conditions::{DesiredCondition, set_condition};
 use kk_apis::crd::kcnodeclass::{
@@ -40,9 +41,11 @@ pub const CONTROLLER_NAME: &str = "karpenter-kakaocloud-nodeclass";
 pub struct Context {
     pub kube: kube::Client,
     pub kakaocloud: kakaocloud::Client,
+    /// The shared cluster view (NodeClaims using a class are read here).
+    pub state: ClusterState,
     /// The Kubernetes Engine cluster the nodes join.
     pub cluster_name: String,
-    pub recorder: Recorder,
+    pub events: Events,
     /// How often a class is re-resolved when nothing changes (images and
     /// subnets change on KakaoCloud's side without telling us).
     pub resync: Duration,
@@ -55,6 +58,7 @@ impl Context {
     pub fn new(
         kube: kube::Client,
         kakaocloud: kakaocloud::Client,
+        state: ClusterState,
         cluster_name: impl Into<String>,
     ) -> Self {
         let reporter = Reporter {
@@ -62,9 +66,10 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(kube.clone(), reporter),
+            events: Events::new(Recorder::new(kube.clone(), reporter), "Resolve"),
             kube,
             kakaocloud,
+            state,
             cluster_name: cluster_name.into(),
             resync: Duration::from_secs(300),
             blocked_retry: Duration::from_secs(10),
@@ -719,8 +724,13 @@ async fn apply(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> 
 }
 
 async fn cleanup(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> {
-    let claims: Api<NodeClaim> = Api::all(ctx.kube.clone());
-    let all = claims.list(&ListParams::default()).await?.items;
+    let all: Vec<NodeClaim> = ctx
+        .state
+        .nodeclaims
+        .state()
+        .iter()
+        .map(|c| (**c).clone())
+        .collect();
     let users: Vec<String> = claims_using(&class.name_any(), &all)
         .iter()
         .map(|c| c.name_any())
@@ -754,18 +764,12 @@ async fn cleanup(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error
 }
 
 async fn publish(ctx: &Context, class: &KCNodeClass, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Resolve".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &class.object_ref(&())).await {
-        tracing::warn!(class = %class.name_any(), error = %e, "publishing event");
-    }
+    ctx.events
+        .publish(&class.object_ref(&()), type_, reason, note)
+        .await;
 }
 
+#[tracing::instrument(skip_all, fields(kcnodeclass = %class.name_any()))]
 async fn reconcile(class: Arc<KCNodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<KCNodeClass> = Api::all(ctx.kube.clone());
     finalizer(
@@ -800,11 +804,10 @@ fn error_policy(class: Arc<KCNodeClass>, error: &Error, ctx: Arc<Context>) -> Ac
 }
 
 /// Runs the controller until the watch streams end (they do not, normally).
-pub async fn run(ctx: Arc<Context>) {
-    let classes: Api<KCNodeClass> = Api::all(ctx.kube.clone());
-    let claims: Api<NodeClaim> = Api::all(ctx.kube.clone());
-    Controller::new(classes, watcher::Config::default())
-        .watches(claims, watcher::Config::default(), |claim: NodeClaim| {
+pub async fn run(ctx: Arc<Context>, feeds: (ReflectHandle<KCNodeClass>, ReflectHandle<NodeClaim>)) {
+    let (classes, claims) = feeds;
+    Controller::for_shared_stream(classes, ctx.state.nodeclasses.clone())
+        .watches_shared_stream(claims, |claim: Arc<NodeClaim>| {
             let r = &claim.spec.node_class_ref;
             (r.group == kcnodeclass::GROUP && r.kind == kcnodeclass::KIND)
                 .then(|| ObjectRef::<KCNodeClass>::new(&r.name))

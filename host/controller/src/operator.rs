@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
 use crate::disruption::{self, Disrupter};
+use crate::events::Events;
 use crate::gc::Collector;
 use crate::lifecycle::bootstrap::ca_cert_hash;
 use crate::lifecycle::{JoinInfo, Lifecycle};
@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::nodeclass;
 use crate::provisioning::Provisioner;
 use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
+use crate::retry::Backoff;
 use crate::state::{Change, ClusterState};
 use crate::termination::Terminator;
 use kakaocloud::ownership::KeyringHandle;
@@ -119,7 +120,7 @@ impl Operator {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Operator> {
         let (changes_tx, mut changes_rx) = mpsc::unbounded_channel::<Change>();
-        let state = ClusterState::start(&kube, changes_tx);
+        let (state, feeds) = ClusterState::start(&kube, changes_tx);
         state
             .wait_synced(Duration::from_secs(60))
             .await
@@ -134,11 +135,7 @@ impl Operator {
             settings.catalog_refresh,
             unavailable,
         ));
-        let reporter = Reporter {
-            controller: "karpenter".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(kube.clone(), reporter);
+        let recorder = Events::recorder(kube.clone());
         let provisioner = Arc::new(Provisioner::new(
             kube.clone(),
             state.clone(),
@@ -148,17 +145,23 @@ impl Operator {
             metrics.clone(),
             recorder.clone(),
         ));
-        let classes =
-            nodeclass::Context::new(kube.clone(), cloud.clone(), settings.cluster_name.clone());
-        let class_task = tokio::spawn(nodeclass::run(Arc::new(classes)));
+        let classes = nodeclass::Context::new(
+            kube.clone(),
+            cloud.clone(),
+            state.clone(),
+            settings.cluster_name.clone(),
+        );
+        let class_task = tokio::spawn(nodeclass::run(Arc::new(classes), feeds.nodeclass));
         let terminator = Arc::new(Terminator {
             client: kube.clone(),
             cloud: cloud.clone(),
+            state: state.clone(),
             keyring: keyring.clone(),
             cluster_name: settings.cluster_name.clone(),
             metrics: metrics.clone(),
-            recorder: recorder.clone(),
+            events: Events::new(recorder.clone(), "Terminate"),
             poll: Duration::from_secs(1),
+            backoff: Backoff::default(),
         });
         let disrupter = Arc::new(Disrupter {
             client: kube.clone(),
@@ -166,7 +169,7 @@ impl Operator {
             catalog: catalog.clone(),
             scorer: plugins.scorer,
             metrics: metrics.clone(),
-            recorder: recorder.clone(),
+            events: Events::new(recorder.clone(), "Disrupt"),
             options: disruption::Options {
                 interval: settings.disruption_interval,
                 validation_delay: settings.disruption_validation_delay,
@@ -193,7 +196,8 @@ impl Operator {
             renderer: plugins.renderer,
             catalog,
             metrics: metrics.clone(),
-            recorder,
+            events: Events::new(recorder, "Launch"),
+            backoff: Backoff::default(),
             join,
         });
         let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1024);
@@ -211,8 +215,8 @@ impl Operator {
         let p = provisioner.clone();
         let prov_task = tokio::spawn(async move { p.run(trigger_rx).await });
         let l = lifecycle.clone();
-        let life_task = tokio::spawn(async move { l.run().await });
-        let term_task = tokio::spawn(terminator.run());
+        let life_task = tokio::spawn(async move { l.run(feeds.lifecycle).await });
+        let term_task = tokio::spawn(terminator.run(feeds.termination));
         let disrupt_task = tokio::spawn(disrupter.run());
         let gc_task = tokio::spawn(collector.run());
         Ok(Operator {

@@ -1,23 +1,35 @@
-//! Cluster state the controllers read: reflector stores of Pods, Nodes, NodePools, NodeClaims,
-//! DaemonSets and KCNodeClasses, kept current by watches.
+//! The one shared view of the cluster (Karpenter core's `state.Cluster`): reflector stores of
+//! Pods, Nodes, NodePools, NodeClaims, DaemonSets, KCNodeClasses and PodDisruptionBudgets, the
+//! per-node join of a Node with its NodeClaim and pods, provisioning's nominations, and the nodes
+//! disruption marked for deletion.
+//!
+//! Invariants:
+//! - every object kind is watched once per process; controllers read these stores (or are
+//!   driven by [`Feeds`] from the same watches) instead of watching or listing on their own;
+//! - a nomination is visible to every controller the moment provisioning makes it, so
+//!   disruption never consolidates a node that pending pods were just promised;
+//! - nominations and marks are memory only: after a restart provisioning nominates again on its
+//!   first pass, and disruption's marks are re-derived from the `karpenter.sh/disrupted` taint.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::{self, Store};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
 
-/// What changed; provisioning and lifecycle wake up on these.
+/// What changed; provisioning wakes up on these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A pod that is waiting for a node (see [`kk_apis::pod::is_provisionable`]).
@@ -28,7 +40,46 @@ pub enum Change {
     Other,
 }
 
-/// Read-only views of the cluster, current to the last watch event.
+/// How many events a controller's feed may fall behind before the watch waits for it.
+const FEED_BUFFER: usize = 1024;
+
+/// How long a nomination protects its node or NodeClaim from disruption (upstream's
+/// nomination window: `max(2 x batchMaxDuration, 10s)` with the defaults is 20 s).
+pub const NOMINATION_TTL: Duration = Duration::from_secs(20);
+
+/// The event feeds a controller is driven by: the shared watches' objects as they change.
+pub struct Feeds {
+    pub nodeclaims: ReflectHandle<NodeClaim>,
+    pub nodes: ReflectHandle<Node>,
+}
+
+/// One feed set per controller that reconciles NodeClaims, and the KCNodeClass controller's.
+pub struct Subscriptions {
+    pub lifecycle: Feeds,
+    pub termination: Feeds,
+    pub nodeclass: (ReflectHandle<KCNodeClass>, ReflectHandle<NodeClaim>),
+}
+
+/// A Node joined with its NodeClaim (by providerID, else by node name) and the pods bound to it.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub name: String,
+    pub node: Option<Arc<Node>>,
+    pub claim: Option<Arc<NodeClaim>>,
+    pub pods: Vec<Arc<Pod>>,
+    /// Provisioning placed pending pods here within [`NOMINATION_TTL`].
+    pub nominated: bool,
+    pub marked_for_deletion: bool,
+}
+
+#[derive(Debug, Default)]
+struct Nominations {
+    /// Pod UID -> (node or NodeClaim name, when).
+    pods: HashMap<String, (String, Instant)>,
+}
+
+/// Read-only views of the cluster, current to the last watch event, plus the in-memory
+/// decisions the controllers share. Cheap to clone.
 #[derive(Clone)]
 pub struct ClusterState {
     pub pods: Store<Pod>,
@@ -37,6 +88,9 @@ pub struct ClusterState {
     pub nodeclaims: Store<NodeClaim>,
     pub daemonsets: Store<DaemonSet>,
     pub nodeclasses: Store<KCNodeClass>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    nominations: Arc<Mutex<Nominations>>,
+    marked: Arc<Mutex<HashSet<String>>>,
     tasks: Arc<Vec<JoinHandle<()>>>,
 }
 
@@ -50,21 +104,21 @@ impl Debug for ClusterState {
     }
 }
 
-fn spawn<K>(
+fn watch<K>(
     api: Api<K>,
+    writer: reflector::store::Writer<K>,
     changes: mpsc::UnboundedSender<Change>,
     classify: fn(&K) -> Change,
-) -> (Store<K>, JoinHandle<()>)
+) -> JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
         watcher(api, watcher::Config::default()).default_backoff(),
     );
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -78,50 +132,123 @@ where
                 Err(err) => tracing::warn!(error = %err, "watch failed; retrying"),
             }
         }
-    });
-    (store, task)
+    })
+}
+
+/// A store with `n` feeds for controllers, and its watch.
+fn shared<K>(
+    api: Api<K>,
+    changes: mpsc::UnboundedSender<Change>,
+    classify: fn(&K) -> Change,
+    n: usize,
+) -> (Store<K>, Vec<ReflectHandle<K>>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store_shared(FEED_BUFFER);
+    // A shared store always hands out subscribers.
+    let feeds = (0..n).filter_map(|_| writer.subscribe()).collect();
+    (store, feeds, watch(api, writer, changes, classify))
+}
+
+/// A store nobody subscribes to, and its watch.
+fn plain<K>(
+    api: Api<K>,
+    changes: mpsc::UnboundedSender<Change>,
+    classify: fn(&K) -> Change,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    (store, watch(api, writer, changes, classify))
+}
+
+fn other<K>(_: &K) -> Change {
+    Change::Other
 }
 
 impl ClusterState {
-    /// Starts the watches; every change is sent on `changes`.
-    pub fn start(client: &Client, changes: mpsc::UnboundedSender<Change>) -> ClusterState {
-        let (pods, t1) = spawn(Api::<Pod>::all(client.clone()), changes.clone(), |p| {
+    /// Starts one watch per kind; every change is sent on `changes`, and the controllers that
+    /// reconcile on events get their [`Subscriptions`].
+    pub fn start(
+        client: &Client,
+        changes: mpsc::UnboundedSender<Change>,
+    ) -> (ClusterState, Subscriptions) {
+        let (pods, t1) = plain(Api::<Pod>::all(client.clone()), changes.clone(), |p| {
             if kk_apis::pod::is_provisionable(p) {
                 Change::PendingPod
             } else {
                 Change::Pod
             }
         });
-        let (nodes, t2) = spawn(Api::<Node>::all(client.clone()), changes.clone(), |n| {
-            Change::Node(n.metadata.name.clone().unwrap_or_default())
-        });
-        let (nodepools, t3) = spawn(
-            Api::<NodePool>::all(client.clone()),
+        let (nodes, mut node_feeds, t2) = shared(
+            Api::<Node>::all(client.clone()),
             changes.clone(),
-            |_| Change::Other,
+            |n| Change::Node(n.name_any()),
+            2,
         );
-        let (nodeclaims, t4) = spawn(
+        let (nodepools, t3) = plain(Api::<NodePool>::all(client.clone()), changes.clone(), other);
+        let (nodeclaims, mut claim_feeds, t4) = shared(
             Api::<NodeClaim>::all(client.clone()),
             changes.clone(),
-            |c| Change::NodeClaim(c.metadata.name.clone().unwrap_or_default()),
+            |c| Change::NodeClaim(c.name_any()),
+            3,
         );
-        let (daemonsets, t5) = spawn(
+        let (daemonsets, t5) = plain(
             Api::<DaemonSet>::all(client.clone()),
             changes.clone(),
-            |_| Change::Other,
+            other,
         );
-        let (nodeclasses, t6) = spawn(Api::<KCNodeClass>::all(client.clone()), changes, |_| {
-            Change::Other
-        });
-        ClusterState {
+        let (nodeclasses, mut class_feeds, t6) = shared(
+            Api::<KCNodeClass>::all(client.clone()),
+            changes.clone(),
+            other,
+            1,
+        );
+        let (pdbs, t7) = plain(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            changes,
+            other,
+        );
+        let state = ClusterState {
             pods,
             nodes,
             nodepools,
             nodeclaims,
             daemonsets,
             nodeclasses,
-            tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6]),
-        }
+            pdbs,
+            nominations: Arc::default(),
+            marked: Arc::default(),
+            tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6, t7]),
+        };
+        let next = |feeds: &mut Vec<ReflectHandle<NodeClaim>>| feeds.pop();
+        let subscriptions = match (
+            next(&mut claim_feeds),
+            next(&mut claim_feeds),
+            next(&mut claim_feeds),
+            node_feeds.pop(),
+            node_feeds.pop(),
+            class_feeds.pop(),
+        ) {
+            (Some(c1), Some(c2), Some(c3), Some(n1), Some(n2), Some(k)) => Subscriptions {
+                lifecycle: Feeds {
+                    nodeclaims: c1,
+                    nodes: n1,
+                },
+                termination: Feeds {
+                    nodeclaims: c2,
+                    nodes: n2,
+                },
+                nodeclass: (k, c3),
+            },
+            // `store_shared` always subscribes; this arm is unreachable by construction.
+            _ => unreachable!("shared stores hand out every requested feed"),
+        };
+        (state, subscriptions)
     }
 
     /// Waits until every store has its initial list, at most `timeout`.
@@ -145,6 +272,10 @@ impl ClusterState {
                 .wait_until_ready()
                 .await
                 .map_err(|_| "kcnodeclasses")?;
+            self.pdbs
+                .wait_until_ready()
+                .await
+                .map_err(|_| "poddisruptionbudgets")?;
             Ok(())
         };
         tokio::time::timeout(timeout, all)
@@ -157,5 +288,292 @@ impl ClusterState {
         for t in self.tasks.iter() {
             t.abort();
         }
+    }
+
+    fn nominations(&self) -> MutexGuard<'_, Nominations> {
+        self.nominations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn marks(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.marked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records that provisioning placed the pod `pod_uid` on `target` (a node or NodeClaim).
+    pub fn nominate(&self, pod_uid: &str, target: &str) {
+        let mut n = self.nominations();
+        n.pods
+            .retain(|_, (_, at)| at.elapsed() < NOMINATION_TTL.max(Duration::from_secs(600)));
+        n.pods
+            .insert(pod_uid.to_owned(), (target.to_owned(), Instant::now()));
+    }
+
+    /// Where pod `pod_uid` was last nominated, and how long ago.
+    pub fn nomination_of(&self, pod_uid: &str) -> Option<(String, Duration)> {
+        self.nominations()
+            .pods
+            .get(pod_uid)
+            .map(|(t, at)| (t.clone(), at.elapsed()))
+    }
+
+    /// Whether `target` (node or NodeClaim name) received a nomination within `NOMINATION_TTL`.
+    pub fn is_nominated(&self, target: &str) -> bool {
+        self.nominations()
+            .pods
+            .values()
+            .any(|(t, at)| t == target && at.elapsed() < NOMINATION_TTL)
+    }
+
+    /// Every node or NodeClaim name with a nomination younger than `NOMINATION_TTL`.
+    pub fn nominated_targets(&self) -> HashSet<String> {
+        self.nominations()
+            .pods
+            .values()
+            .filter(|(_, at)| at.elapsed() < NOMINATION_TTL)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Disruption is taking these nodes away: provisioning no longer places pods on them.
+    pub fn mark_for_deletion<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
+        self.marks().extend(nodes.into_iter().map(str::to_owned));
+    }
+
+    /// The disruption was abandoned: the nodes serve again.
+    pub fn unmark_for_deletion<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
+        let mut marks = self.marks();
+        for n in nodes {
+            marks.remove(n);
+        }
+    }
+
+    pub fn is_marked_for_deletion(&self, node: &str) -> bool {
+        self.marks().contains(node)
+    }
+
+    /// Every node joined with its NodeClaim and bound pods, and NodeClaims without a Node yet
+    /// (named after the claim). Marks of nodes that no longer exist are dropped.
+    pub fn node_views(&self) -> Vec<NodeView> {
+        let nominated = self.nominated_targets();
+        let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        for pod in self.pods.state() {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                pods_by_node.entry(node).or_default().push(pod);
+            }
+        }
+        let claims = self.nodeclaims.state();
+        let by_provider: HashMap<&str, &Arc<NodeClaim>> = claims
+            .iter()
+            .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
+            .collect();
+        let by_node_name: HashMap<&str, &Arc<NodeClaim>> = claims
+            .iter()
+            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+            .collect();
+        let mut joined: HashSet<String> = HashSet::new();
+        let mut views: BTreeMap<String, NodeView> = BTreeMap::new();
+        for node in self.nodes.state() {
+            let name = node.name_any();
+            let claim = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|p| by_provider.get(p))
+                .or_else(|| by_node_name.get(name.as_str()))
+                .map(|c| Arc::clone(c));
+            if let Some(c) = &claim {
+                joined.insert(c.name_any());
+            }
+            let nominated = nominated.contains(&name)
+                || claim
+                    .as_ref()
+                    .is_some_and(|c| nominated.contains(&c.name_any()));
+            views.insert(
+                name.clone(),
+                NodeView {
+                    pods: pods_by_node.remove(&name).unwrap_or_default(),
+                    nominated,
+                    marked_for_deletion: self.is_marked_for_deletion(&name),
+                    name,
+                    node: Some(node),
+                    claim,
+                },
+            );
+        }
+        for claim in &claims {
+            let name = claim.name_any();
+            if joined.contains(&name) {
+                continue;
+            }
+            views.entry(name.clone()).or_insert_with(|| NodeView {
+                nominated: nominated.contains(&name),
+                marked_for_deletion: false,
+                pods: Vec::new(),
+                node: None,
+                claim: Some(Arc::clone(claim)),
+                name,
+            });
+        }
+        self.marks().retain(|m| views.contains_key(m));
+        views.into_values().collect()
+    }
+
+    /// The pods bound to node `name`.
+    pub fn pods_on(&self, name: &str) -> Vec<Arc<Pod>> {
+        self.pods
+            .state()
+            .into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
+            .collect()
+    }
+
+    /// The Node called `name`, as last watched.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&reflector::ObjectRef::new(name))
+    }
+
+    /// The NodeClaim called `name`, as last watched.
+    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.nodeclaims.get(&reflector::ObjectRef::new(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl ClusterState {
+        /// A state over stores filled by the test (no API server).
+        pub(crate) fn for_test(
+            nodes: Vec<Node>,
+            claims: Vec<NodeClaim>,
+            pods: Vec<Pod>,
+            pools: Vec<NodePool>,
+        ) -> ClusterState {
+            fn filled<K>(items: Vec<K>) -> Store<K>
+            where
+                K: Resource + Clone + 'static,
+                K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+            {
+                let (store, mut writer) = reflector::store();
+                writer.apply_watcher_event(&watcher::Event::Init);
+                for item in items {
+                    writer.apply_watcher_event(&watcher::Event::InitApply(item));
+                }
+                writer.apply_watcher_event(&watcher::Event::InitDone);
+                store
+            }
+            ClusterState {
+                pods: filled(pods),
+                nodes: filled(nodes),
+                nodepools: filled(pools),
+                nodeclaims: filled(claims),
+                daemonsets: filled(Vec::new()),
+                nodeclasses: filled(Vec::new()),
+                pdbs: filled(Vec::new()),
+                nominations: Arc::default(),
+                marked: Arc::default(),
+                tasks: Arc::new(Vec::new()),
+            }
+        }
+    }
+
+    fn node(name: &str, provider_id: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"providerID": provider_id},
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        let mut c: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "default"}, "requirements": []},
+        }))
+        .unwrap();
+        if let Some(p) = provider_id {
+            c.status = Some(kk_apis::NodeClaimStatus {
+                provider_id: Some(p.into()),
+                ..Default::default()
+            });
+        }
+        c
+    }
+
+    fn pod(name: &str, node: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn node_views_join_nodes_claims_and_pods() {
+        let state = ClusterState::for_test(
+            vec![
+                node("n1", "kakaocloud:///z/i1"),
+                node("n2", "kakaocloud:///z/i2"),
+            ],
+            vec![claim("c1", Some("kakaocloud:///z/i1")), claim("c3", None)],
+            vec![pod("p1", "n1"), pod("p2", "n1"), pod("p3", "n2")],
+            vec![],
+        );
+        let views = state.node_views();
+        let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["c3", "n1", "n2"]);
+        let n1 = &views[1];
+        assert_eq!(n1.claim.as_ref().unwrap().name_any(), "c1");
+        assert_eq!(n1.pods.len(), 2);
+        assert!(views[2].claim.is_none());
+        assert!(
+            views[0].node.is_none(),
+            "a claim without a node is its own view"
+        );
+    }
+
+    #[test]
+    fn nominations_are_shared_and_expire_by_target() {
+        let state = ClusterState::for_test(
+            vec![node("n1", "kakaocloud:///z/i1")],
+            vec![claim("c1", Some("kakaocloud:///z/i1"))],
+            vec![],
+            vec![],
+        );
+        let other = state.clone();
+        assert!(!other.node_views()[0].nominated);
+        state.nominate("pod-uid", "c1");
+        assert!(other.is_nominated("c1"));
+        assert!(
+            other.node_views()[0].nominated,
+            "nominating the claim protects its node"
+        );
+        assert_eq!(other.nomination_of("pod-uid").unwrap().0, "c1");
+        assert!(!other.is_nominated("n2"));
+    }
+
+    #[test]
+    fn marks_follow_the_nodes_that_exist() {
+        let state = ClusterState::for_test(
+            vec![node("n1", "kakaocloud:///z/i1")],
+            vec![],
+            vec![],
+            vec![],
+        );
+        state.mark_for_deletion(["n1", "gone"]);
+        assert!(state.is_marked_for_deletion("gone"));
+        assert!(state.node_views()[0].marked_for_deletion);
+        assert!(
+            !state.is_marked_for_deletion("gone"),
+            "marks of vanished nodes are dropped"
+        );
+        state.unmark_for_deletion(["n1"]);
+        assert!(!state.is_marked_for_deletion("n1"));
     }
 }

@@ -11,6 +11,7 @@ use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
 use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection};
+use kk_apis::names::label;
 use kk_engine::disruption::Reason;
 use kk_engine::disruption::scorer::{
     self as native_scorer, ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError,
@@ -313,7 +314,7 @@ fn fixture_userdata() -> UserdataInput {
         bootstrap_token: "abcdef.0123456789abcdef".into(),
         kubernetes_version: "1.35".into(),
         node_name: "self-test".into(),
-        labels: [("karpenter.sh/nodepool".to_owned(), "self-test".to_owned())].into(),
+        labels: [(label::NODEPOOL.to_owned(), "self-test".to_owned())].into(),
         taints: Vec::new(),
         startup_taints: Vec::new(),
         kubelet_args: Default::default(),
@@ -397,7 +398,7 @@ impl UserdataRenderer for PluginRenderer {
         };
         let pool = input
             .labels
-            .get("karpenter.sh/nodepool")
+            .get(label::NODEPOOL)
             .cloned()
             .unwrap_or_default();
         let started = Instant::now();

@@ -120,7 +120,7 @@ pub async fn run(
 }
 
 async fn apply(
-    registry: &Registry,
+    registry: &Arc<Registry>,
     recorder: &Recorder,
     cm: &ConfigMap,
     seen: &mut std::collections::HashMap<String, (Kind, String)>,
@@ -130,11 +130,20 @@ async fn apply(
     if seen.get(&name).is_some_and(|(_, v)| *v == version) {
         return;
     }
-    let outcome = source_of(cm).and_then(|source| {
-        registry
-            .apply(&source)
-            .map(|l| (source.kind, l.digest.clone()))
-    });
+    let outcome = match source_of(cm) {
+        Ok(source) => {
+            // Decompressing, compiling and self-testing are CPU-bound: off the async workers.
+            let registry = Arc::clone(registry);
+            tokio::task::spawn_blocking(move || {
+                registry
+                    .apply(&source)
+                    .map(|l| (source.kind, l.digest.clone()))
+            })
+            .await
+            .unwrap_or_else(|e| Err(PluginError::Engine(format!("plugin load task failed: {e}"))))
+        }
+        Err(e) => Err(e),
+    };
     let (type_, reason, note) = match &outcome {
         Ok((kind, digest)) => {
             seen.insert(name.clone(), (*kind, version));

@@ -5,17 +5,18 @@ pub mod catalog;
 
 use kk_apis::names::label;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::PostParams;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::config::Settings;
+use crate::events::Events;
 use crate::metrics::{ControllerLabel, Metrics, NodePoolReason, PodState};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use kk_apis::crd::{NodeClaim, NodePool};
@@ -84,6 +85,8 @@ pub enum ProvisionError {
     Catalog(#[from] kakaocloud::Error),
     #[error("creating NodeClaim: {0}")]
     Kube(#[from] kube::Error),
+    #[error("scheduling simulation: {0}")]
+    Solve(String),
 }
 
 /// The provisioning controller.
@@ -94,9 +97,7 @@ pub struct Provisioner {
     ranker: Arc<dyn InstanceRanker>,
     settings: Settings,
     metrics: Arc<Metrics>,
-    recorder: Recorder,
-    /// Pod UID -> (NodeClaim or node it was nominated to, when).
-    nominations: Mutex<HashMap<String, (String, Instant)>>,
+    events: Events,
 }
 
 impl Provisioner {
@@ -116,15 +117,8 @@ impl Provisioner {
             ranker,
             settings,
             metrics,
-            recorder,
-            nominations: Mutex::new(HashMap::new()),
+            events: Events::new(recorder, "Provision"),
         }
-    }
-
-    fn nominations(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
-        self.nominations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a pod is still covered by an earlier pass's nomination.
@@ -132,11 +126,10 @@ impl Provisioner {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return false;
         };
-        let noms = self.nominations();
-        let Some((target, _at)) = noms.get(uid) else {
+        let Some((target, _age)) = self.state.nomination_of(uid) else {
             return false;
         };
-        let Some(nc) = claims.get(target) else {
+        let Some(nc) = claims.get(&target) else {
             return false;
         };
         if nc.metadata.deletion_timestamp.is_some() {
@@ -313,6 +306,7 @@ impl Provisioner {
         let mut existing: Vec<ExistingNode> = Vec::new();
         for node in &nodes {
             if node.metadata.deletion_timestamp.is_some()
+                || self.state.is_marked_for_deletion(&node.name_any())
                 || node
                     .spec
                     .as_ref()
@@ -360,15 +354,22 @@ impl Provisioner {
             })
             .collect();
 
-        let problem = SchedulingProblem {
-            pods: &pods,
-            node_pools: &pool_inputs,
-            instance_types: &catalog,
-            existing_nodes: &existing,
-            daemonsets: &daemonsets,
-        };
         let started = Instant::now();
-        let result = Scheduler::new(&*self.ranker, SchedulerOptions::default()).solve(&problem);
+        // The simulation (and the selector plugin it calls) is CPU-bound: off the async workers.
+        let ranker = Arc::clone(&self.ranker);
+        let (result, pods) = tokio::task::spawn_blocking(move || {
+            let problem = SchedulingProblem {
+                pods: &pods,
+                node_pools: &pool_inputs,
+                instance_types: &catalog,
+                existing_nodes: &existing,
+                daemonsets: &daemonsets,
+            };
+            let result = Scheduler::new(&*ranker, SchedulerOptions::default()).solve(&problem);
+            (result, pods)
+        })
+        .await
+        .map_err(|e| ProvisionError::Solve(e.to_string()))?;
         self.metrics
             .scheduling_duration
             .get_or_create(&ctl)
@@ -459,9 +460,8 @@ impl Provisioner {
     }
 
     async fn nominate(&self, pod: &Pod, target: &str, claim: Option<&ObjectReference>) {
-        if let Some(uid) = pod.metadata.uid.clone() {
-            self.nominations()
-                .insert(uid, (target.to_owned(), Instant::now()));
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            self.state.nominate(uid, target);
         }
         let what = if claim.is_some() { "nodeclaim" } else { "node" };
         self.publish(
@@ -474,22 +474,9 @@ impl Provisioner {
     }
 
     async fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: "Provisioning".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&ev, obj).await {
-            tracing::debug!(error = %err, reason, "could not publish event");
-        }
-    }
-
-    /// Forgets nominations older than `max_age` (their claims are long gone or initialized).
-    pub fn prune_nominations(&self, max_age: Duration) {
-        self.nominations()
-            .retain(|_, (_, at)| at.elapsed() < max_age);
+        self.events
+            .publish(obj, type_, reason, note.to_owned())
+            .await;
     }
 }
 

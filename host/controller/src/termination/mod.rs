@@ -22,18 +22,21 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::events::Events;
 use crate::metrics::{ActionLabel, Metrics, NodePoolReason};
+use crate::retry::{Backoff, RetryHint};
+use crate::state::{ClusterState, Feeds};
 use kakaocloud::ownership::KeyringHandle;
 use kakaocloud::{self, DeleteOwnedError};
 use kk_apis::crd::NodeClaim;
 use kk_apis::pod::pdb_blocked;
 use kk_apis::provider_id::parse_provider_id;
+use tracing::instrument;
 
 /// How long one eviction call may take (the client retries 429s internally).
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,12 +45,15 @@ const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Terminator {
     pub client: kube::Client,
     pub cloud: kakaocloud::Client,
+    pub state: ClusterState,
     pub keyring: KeyringHandle,
     pub cluster_name: String,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: Events,
     /// How often a drain is looked at again while pods are leaving.
     pub poll: Duration,
+    /// Per-NodeClaim retry delays of failed steps.
+    pub backoff: Backoff,
 }
 
 /// Why a termination step must be retried.
@@ -68,38 +74,46 @@ fn disrupted_taint() -> Taint {
     }
 }
 
+impl RetryHint for Error {
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::KakaoCloud(e) => e.retry_after(),
+            Error::Kube(_) => None,
+        }
+    }
+}
+
+/// One termination step of one NodeClaim.
+#[instrument(skip_all, fields(nodeclaim = %nc.name_any()))]
+pub async fn reconcile(nc: Arc<NodeClaim>, ctx: Arc<Terminator>) -> Result<Action, Error> {
+    let action = ctx.step(&nc).await?;
+    ctx.backoff.succeeded(&nc.name_any());
+    Ok(action)
+}
+
+/// Retry-After from KakaoCloud when it sent one, the NodeClaim's backoff otherwise.
+pub fn error_policy(nc: Arc<NodeClaim>, error: &Error, ctx: Arc<Terminator>) -> Action {
+    ctx.backoff.error_policy(&nc.name_any(), error)
+}
+
 impl Terminator {
-    /// Runs until the process stops.
-    pub async fn run(self: Arc<Self>) {
-        let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        Controller::new(claims, watcher::Config::default())
-            .watches(nodes, watcher::Config::default(), |node: Node| {
-                node.labels().get(label::NODECLAIM).map(|n| ObjectRef::<NodeClaim>::new(n))
+    /// Runs until the process stops, driven by the shared NodeClaim and Node watches.
+    pub async fn run(self: Arc<Self>, feeds: Feeds) {
+        Controller::for_shared_stream(feeds.nodeclaims, self.state.nodeclaims.clone())
+            .watches_shared_stream(feeds.nodes, |node: Arc<Node>| {
+                node.labels()
+                    .get(label::NODECLAIM)
+                    .map(|n| ObjectRef::<NodeClaim>::new(n))
             })
-            .run(
-                |nc, ctx: Arc<Terminator>| async move { ctx.reconcile(&nc).await },
-                |nc, err, ctx| {
-                    tracing::warn!(NodeClaim = %nc.name_any(), error = %err, "termination step failed");
-                    Action::requeue(ctx.poll.max(Duration::from_secs(2)))
-                },
-                self,
-            )
+            .run(reconcile, error_policy, self)
             .for_each(|_| async {})
             .await;
     }
 
     async fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: "Terminate".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&ev, &nc.object_ref(&())).await {
-            tracing::debug!(error = %err, "could not publish event");
-        }
+        self.events
+            .publish(&nc.object_ref(&()), type_, reason, note)
+            .await;
     }
 
     fn pool(nc: &NodeClaim) -> String {
@@ -109,15 +123,14 @@ impl Terminator {
             .unwrap_or_default()
     }
 
-    /// One step of one NodeClaim's termination.
-    pub async fn reconcile(&self, nc: &NodeClaim) -> Result<Action, Error> {
+    /// The next step of `nc`'s termination.
+    async fn step(&self, nc: &NodeClaim) -> Result<Action, Error> {
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let node_name = nc.status.as_ref().and_then(|s| s.node_name.clone());
-        let node = match &node_name {
-            Some(name) => nodes.get_opt(name).await?,
-            None => None,
-        };
+        let node = node_name
+            .as_deref()
+            .and_then(|name| self.state.node(name))
+            .map(|n| (*n).clone());
         if nc.metadata.deletion_timestamp.is_none() {
             if node
                 .as_ref()
@@ -142,6 +155,7 @@ impl Terminator {
             return Ok(Action::requeue(self.poll));
         }
         if let Some(node) = &node {
+            let nodes: Api<Node> = Api::all(self.client.clone());
             release(
                 &nodes,
                 &node.name_any(),
@@ -205,20 +219,22 @@ impl Terminator {
             // Our finalizer holds the Node until the instance is gone.
             nodes.delete(&name, &DeleteParams::default()).await?;
         }
-        let pods_api: Api<Pod> = Api::all(self.client.clone());
-        let pods = pods_api
-            .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
-            .await?
-            .items;
+        let pods: Vec<Pod> = self
+            .state
+            .pods_on(&name)
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
         let deadline = grace_deadline(nc);
         let step = drain::step(&pods, Timestamp::now(), deadline);
         let mut blocked = Vec::new();
-        let pdbs: Api<PodDisruptionBudget> = Api::all(self.client.clone());
-        let pdbs = if step.evict.is_empty() {
-            Vec::new()
-        } else {
-            pdbs.list(&ListParams::default()).await?.items
-        };
+        let pdbs: Vec<PodDisruptionBudget> = self
+            .state
+            .pdbs
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
         for p in &step.evict {
             // The client retries 429s with backoff, and a PDB answers 429 until it allows a
             // disruption: check the budget first, and bound the call for the race that remains.

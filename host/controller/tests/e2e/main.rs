@@ -14,6 +14,7 @@ mod crds_files;
 mod disruption_e2e;
 mod disruption_rules;
 mod kakaocloud_client;
+mod layout;
 mod nodeclass_controller;
 mod ownership;
 mod ownership_keyring_watch;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kakaocloud_sim::{SimConfig, Simulator};
 use karpenter_kakaocloud::nodeclass::{self, Context};
+use karpenter_kakaocloud::state::ClusterState;
 use kk_apis::crd::{self, KCNodeClass, NodeClaim};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -46,10 +47,18 @@ async fn harness() -> &'static Harness {
                         .expect("simulator");
                     let client = kakaocloud::Client::new(sim.client_config(), sim.credentials())
                         .expect("KakaoCloud client");
-                    let mut ctx = Context::new(cp.client().await, client, "demo-cluster");
+                    let kube = cp.client().await;
+                    // Only the class controller runs here: nothing consumes the change feed.
+                    let (changes, _) = tokio::sync::mpsc::unbounded_channel();
+                    let (state, feeds) = ClusterState::start(&kube, changes);
+                    state
+                        .wait_synced(Duration::from_secs(60))
+                        .await
+                        .expect("cluster state syncs");
+                    let mut ctx = Context::new(kube, client, state, "demo-cluster");
                     ctx.resync = Duration::from_secs(2);
                     ctx.blocked_retry = Duration::from_millis(500);
-                    tokio::spawn(nodeclass::run(Arc::new(ctx)));
+                    tokio::spawn(nodeclass::run(Arc::new(ctx), feeds.nodeclass));
                     tx.send(Harness { cp, _sim: sim }).ok();
                     std::future::pending::<()>().await;
                 });

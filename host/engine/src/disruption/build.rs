@@ -14,7 +14,9 @@ use super::model::{ClusterSnapshot, NodeState, PodState, PoolState};
 use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
 
 use crate::scheduling::{InstanceType, Resources, resources, translate};
-use kk_apis::pod::{do_not_disrupt, is_provisionable, pdb_blocked};
+use kk_apis::pod::{
+    do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_provisionable, is_terminal, pdb_blocked,
+};
 
 /// Everything a snapshot is built from (the reflector stores' contents and a PDB list).
 pub struct Objects<'a> {
@@ -25,6 +27,8 @@ pub struct Objects<'a> {
     pub pods: &'a [Pod],
     pub classes: &'a [KCNodeClass],
     pub pdbs: &'a [PodDisruptionBudget],
+    /// Nodes and NodeClaims provisioning just placed pending pods on (hands off).
+    pub nominated: &'a std::collections::HashSet<String>,
     pub instance_types: Vec<InstanceType>,
 }
 
@@ -36,21 +40,15 @@ fn pod_state(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> PodState {
         &pod.name_any(),
         requests,
     );
-    state.daemonset = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    state.mirror = pod
-        .annotations()
-        .contains_key("kubernetes.io/config.mirror");
-    state.terminating = pod.metadata.deletion_timestamp.is_some()
-        || matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
+    state.daemonset = is_daemonset_pod(pod);
+    state.mirror = is_mirror_pod(pod);
+    state.terminating = pod.metadata.deletion_timestamp.is_some() || is_terminal(pod);
     state.do_not_disrupt = do_not_disrupt(pod);
     state.pdb_blocked = pdb_blocked(pod, pdbs);
     state.priority = spec.priority.unwrap_or(0);
     state.deletion_cost = pod
         .annotations()
-        .get("controller.kubernetes.io/pod-deletion-cost")
+        .get(annotation::POD_DELETION_COST)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     state.node_selector = spec.node_selector.clone().unwrap_or_default();
@@ -227,7 +225,10 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
     for claim in o.claims {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
         let node = node_name.and_then(|n| o.nodes.iter().find(|x| x.name_any() == n));
-        nodes.push(node_state(claim, node, &o));
+        let mut state = node_state(claim, node, &o);
+        state.nominated = o.nominated.contains(&claim.name_any())
+            || node_name.is_some_and(|n| o.nominated.contains(n));
+        nodes.push(state);
     }
     for node in o.nodes {
         if nodes.iter().any(|n| n.name == node.name_any())

@@ -178,7 +178,7 @@ fn node_labels(n: &NodeState) -> BTreeMap<String, String> {
             .or_insert_with(|| pool.clone());
     }
     labels
-        .entry("kubernetes.io/hostname".to_owned())
+        .entry(label::HOSTNAME.to_owned())
         .or_insert_with(|| n.name.clone());
     labels
 }

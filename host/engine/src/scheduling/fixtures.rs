@@ -54,10 +54,8 @@ pub fn fake_instance_types(n: usize) -> Vec<InstanceType> {
                 kube_reserved: Resources::new(100, 10 << 20, 0),
                 ..Overhead::default()
             };
-            it.labels.push((
-                "karpenter.kakaocloud.com/instance-cpu".into(),
-                cpus.to_string(),
-            ));
+            it.labels
+                .push((label::INSTANCE_CPU.into(), cpus.to_string()));
             it
         })
         .collect()

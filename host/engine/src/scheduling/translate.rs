@@ -75,13 +75,9 @@ pub fn nodepool_input(np: &NodePool, in_use: Resources, nodes_in_use: u64) -> No
 /// Taints that keep pods off only until the node is initialized; the solver ignores them on
 /// nodes that are still coming up (upstream `statenode.go:Taints`).
 pub fn is_ephemeral_taint(t: &Taint) -> bool {
-    matches!(
-        t.key.as_str(),
-        "node.kubernetes.io/not-ready"
-            | "node.kubernetes.io/unreachable"
-            | "node.cloudprovider.kubernetes.io/uninitialized"
-            | taint::UNREGISTERED
-    ) || t.key.starts_with("readiness.k8s.io/")
+    taint::EPHEMERAL.contains(&t.key.as_str())
+        || t.key == taint::UNREGISTERED
+        || t.key.starts_with("readiness.k8s.io/")
 }
 
 /// A Node as a place pods can go. `startup_taints` are the owning claim's (ignored until the node

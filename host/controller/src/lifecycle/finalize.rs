@@ -1,0 +1,112 @@
+//! Finalization of NodeClaims that never registered: their instance is deleted through the
+//! verifying path, then the finalizer is dropped. Registered ones belong to `termination`.
+
+use super::*;
+
+impl Lifecycle {
+    /// Deletes instance `id` of NodeClaim `claim` through the verifying path. An untagged
+    /// instance with the claim's deterministic name was launched but never tagged (killed between
+    /// create and tag): it is adopted the way the launch would have, then deleted. One carrying
+    /// any other tag is not ours and is left alone.
+    pub(super) async fn delete_instance(
+        &self,
+        claim: &str,
+        instance_name: &str,
+        id: &str,
+    ) -> Result<(), LifecycleError> {
+        use kakaocloud::DeleteOwnedError::{Api, NotOwned};
+        let keyring = self.keyring.current();
+        let cluster = &self.settings.cluster_name;
+        let not_owned = match self
+            .cloud
+            .instances()
+            .delete_owned(id, &keyring, cluster)
+            .await
+        {
+            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => return Ok(()),
+            Err(Api(e)) => return Err(e.into()),
+            Err(NotOwned(e)) => e,
+        };
+        let untagged_ours = self.cloud.instances().get(id).await.ok().filter(|i| {
+            i.name.as_deref() == Some(instance_name)
+                && i.description
+                    .as_deref()
+                    .is_none_or(|d| ownership::tags_in(d).next().is_none())
+        });
+        let Some(found) = untagged_ours else {
+            return Err(LifecycleError::NotReady(format!(
+                "instance {id} is not ours: {not_owned}"
+            )));
+        };
+        self.ensure_tagged(claim, &found).await?;
+        match self
+            .cloud
+            .instances()
+            .delete_owned(id, &keyring, cluster)
+            .await
+        {
+            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => Ok(()),
+            Err(e) => Err(LifecycleError::NotReady(format!(
+                "instance {id} could not be deleted after tagging: {e}"
+            ))),
+        }
+    }
+
+    /// Deletes the instance of a NodeClaim that never registered, then drops the finalizer.
+    pub(super) async fn finalize(&self, nc: &NodeClaim) -> Result<Action, LifecycleError> {
+        if !nc.finalizers().iter().any(|f| f == finalizer::TERMINATION) {
+            return Ok(Action::await_change());
+        }
+        let registered = nc
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some();
+        if registered {
+            // Drain and instance deletion of a registered node: the termination controller's job.
+            return Ok(Action::await_change());
+        }
+        let instance_name = naming::instance_name(&self.settings.cluster_name, &nc.name_any());
+        let id = match nc
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(parse_provider_id)
+        {
+            Some((_, id)) => Some(id.to_owned()),
+            None => self
+                .cloud
+                .instances()
+                .find_by_name(&instance_name)
+                .await?
+                .map(|i| i.id),
+        };
+        if let Some(id) = id {
+            self.delete_instance(&nc.name_any(), &instance_name, &id)
+                .await?;
+            tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
+        }
+        let finalizers: Vec<String> = nc
+            .finalizers()
+            .iter()
+            .filter(|f| *f != finalizer::TERMINATION)
+            .cloned()
+            .collect();
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        api.patch(
+            &nc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": finalizers, "resourceVersion": nc.resource_version() } })),
+        )
+        .await?;
+        tracing::info!(NodeClaim = %nc.name_any(), "deleted nodeclaim");
+        self.metrics
+            .nodeclaims_terminated
+            .get_or_create(&NodePoolReason {
+                nodepool: Self::pool(nc),
+                reason: "deleted".into(),
+            })
+            .inc();
+        Ok(Action::await_change())
+    }
+}

@@ -1,0 +1,204 @@
+//! Registration and initialization: the Node with the NodeClaim's providerID is synced once
+//! (labels, taints, finalizer, owner; the unregistered taint dropped), then the NodeClaim is
+//! `Initialized` once the Node is Ready and no startup or ephemeral taint is left
+//! (see [`super::initialization`]).
+
+use super::*;
+
+/// The Node's taints after its first sync: the NodeClaim's taints and startup taints added
+/// (unless the Node opts out with `karpenter.sh/do-not-sync-taints`), the unregistered taint gone.
+pub(super) fn synced_taints(nc: &NodeClaim, node: &Node) -> Vec<Taint> {
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let sync = node
+        .labels()
+        .get(label::DO_NOT_SYNC_TAINTS)
+        .is_none_or(|v| v != "true");
+    if sync {
+        for t in nc
+            .spec
+            .taints
+            .iter()
+            .chain(nc.spec.startup_taints.iter())
+            .map(Taint::from)
+        {
+            if !taints.iter().any(|x| taint_eq(x, &t)) {
+                taints.push(t);
+            }
+        }
+    }
+    taints.retain(|t| t.key != taint::UNREGISTERED);
+    taints
+}
+
+/// The merge patch of the first sync: the NodeClaim's labels plus `karpenter.sh/registered`,
+/// the termination finalizer, the NodeClaim as owner, and [`synced_taints`]. The Node's
+/// resourceVersion makes it a compare-and-swap.
+pub(super) fn registration_patch(nc: &NodeClaim, node: &Node) -> serde_json::Value {
+    let mut labels: BTreeMap<String, String> = nc.labels().clone();
+    labels.insert(label::REGISTERED.into(), "true".into());
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == finalizer::TERMINATION) {
+        finalizers.push(finalizer::TERMINATION.into());
+    }
+    json!({
+        "metadata": {
+            "labels": labels,
+            "finalizers": finalizers,
+            "ownerReferences": [{
+                "apiVersion": NodeClaim::api_version(&()),
+                "kind": NodeClaim::kind(&()),
+                "name": nc.name_any(),
+                "uid": nc.uid().unwrap_or_default(),
+                "blockOwnerDeletion": true,
+            }],
+            "resourceVersion": node.resource_version(),
+        },
+        "spec": { "taints": synced_taints(nc, node) },
+    })
+}
+
+impl Lifecycle {
+    /// The Node of `nc` exists: sync it once, then follow its initialization.
+    pub(super) async fn registered(
+        &self,
+        nc: &NodeClaim,
+        node: &Node,
+    ) -> Result<Action, LifecycleError> {
+        let node_name = node.name_any();
+        let first_sync = node
+            .labels()
+            .get(label::REGISTERED)
+            .is_none_or(|v| v != "true");
+        let node = if first_sync {
+            let had_taint = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == taint::UNREGISTERED));
+            if !had_taint {
+                self.event(
+                    nc,
+                    EventType::Warning,
+                    "UnregisteredTaintMissing",
+                    format!(
+                        "node {node_name} registered without the {} taint",
+                        taint::UNREGISTERED
+                    ),
+                )
+                .await;
+            }
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let synced = nodes
+                .patch(
+                    &node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(registration_patch(nc, node)),
+                )
+                .await?;
+            tracing::info!(node = %node_name, "registered nodeclaim");
+            self.metrics
+                .nodes_created
+                .get_or_create(&NodePoolReason {
+                    nodepool: Self::pool(nc),
+                    reason: "provisioned".into(),
+                })
+                .inc();
+            synced
+        } else {
+            node.clone()
+        };
+        let registered = DesiredCondition::truthy(condition::REGISTERED, "Registered", "");
+        let initialized = self.initialize(nc, &node).await?;
+        let init_cond = initialized.condition();
+        self.set_conditions(
+            nc,
+            &[registered, init_cond],
+            Some(json!({ "nodeName": node_name })),
+        )
+        .await?;
+        Ok(if initialized.done() {
+            Action::requeue(Duration::from_secs(300))
+        } else {
+            Action::requeue(Duration::from_secs(2))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    pub(crate) fn claim(taints: serde_json::Value, startup: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-x1", "uid": "uid-1", "labels": {label::NODEPOOL: "default"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "default"},
+                "requirements": [], "taints": taints, "startupTaints": startup
+            }
+        }))
+        .unwrap()
+    }
+
+    pub(crate) fn node(taints: serde_json::Value, extra: serde_json::Value) -> Node {
+        let mut n = json!({
+            "metadata": {"name": "node-1", "resourceVersion": "7", "finalizers": ["other/keep"]},
+            "spec": {"taints": taints},
+        });
+        if let (Some(m), Some(e)) = (n["metadata"].as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        serde_json::from_value(n).unwrap()
+    }
+
+    fn keys(taints: &[Taint]) -> Vec<&str> {
+        taints.iter().map(|t| t.key.as_str()).collect()
+    }
+
+    #[test]
+    fn first_sync_adds_claim_taints_and_drops_the_unregistered_one() {
+        let nc = claim(
+            json!([{"key": "team", "effect": "NoSchedule"}]),
+            json!([{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]),
+        );
+        let n = node(
+            json!([{"key": taint::UNREGISTERED, "effect": "NoExecute"}]),
+            json!({}),
+        );
+        assert_eq!(
+            keys(&synced_taints(&nc, &n)),
+            ["team", taint::CILIUM_AGENT_NOT_READY]
+        );
+    }
+
+    #[test]
+    fn do_not_sync_taints_leaves_the_nodes_taints() {
+        let nc = claim(json!([{"key": "team", "effect": "NoSchedule"}]), json!([]));
+        let n = node(
+            json!([{"key": taint::UNREGISTERED, "effect": "NoExecute"}, {"key": "own", "effect": "NoSchedule"}]),
+            json!({"labels": {label::DO_NOT_SYNC_TAINTS: "true"}}),
+        );
+        assert_eq!(keys(&synced_taints(&nc, &n)), ["own"]);
+    }
+
+    #[test]
+    fn the_patch_labels_owns_and_holds_the_node() {
+        let nc = claim(json!([]), json!([]));
+        let n = node(json!([]), json!({}));
+        let p = registration_patch(&nc, &n);
+        assert_eq!(p["metadata"]["labels"][label::REGISTERED], "true");
+        assert_eq!(p["metadata"]["labels"][label::NODEPOOL], "default");
+        assert_eq!(
+            p["metadata"]["finalizers"],
+            json!(["other/keep", finalizer::TERMINATION]),
+            "existing finalizers are kept"
+        );
+        assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "NodeClaim");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        assert_eq!(p["metadata"]["resourceVersion"], "7", "a compare-and-swap");
+    }
+}
