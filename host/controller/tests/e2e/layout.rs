@@ -109,7 +109,10 @@ fn the_cycle_finder_finds_cycles() {
         }
         g
     };
-    assert_eq!(find_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])), None);
+    assert_eq!(
+        find_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
+        None
+    );
     assert_eq!(
         find_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
