@@ -86,8 +86,12 @@ impl Collector {
             ) else {
                 continue;
             };
-            // Ask the API server, not the cache: a NodeClaim created a moment ago must count.
-            if claims.get_opt(&owner.nodeclaim).await?.is_none() {
+            // The shared state answers for almost every instance; one the cache does not know is
+            // confirmed with the API server (a NodeClaim created a moment ago must count), so a
+            // pass makes a GET only per suspected orphan.
+            if self.state.nodeclaim(&owner.nodeclaim).is_none()
+                && claims.get_opt(&owner.nodeclaim).await?.is_none()
+            {
                 orphans.push((instance.id.clone(), owner.nodeclaim));
             }
         }

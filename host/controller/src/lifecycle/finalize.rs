@@ -3,6 +3,36 @@
 
 use super::*;
 
+/// What finalizing a deleted NodeClaim means here.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Finalization {
+    /// Not held by our finalizer, or registered: a registered node's drain and instance deletion
+    /// are the termination controller's job.
+    NotOurs,
+    /// Launched: delete this instance.
+    Instance(String),
+    /// Maybe created but never recorded (killed between create and status): look the
+    /// deterministic name up.
+    ByName,
+}
+
+pub(super) fn finalization(nc: &NodeClaim) -> Finalization {
+    let held = nc.finalizers().iter().any(|f| f == finalizer::TERMINATION);
+    let registered = nc.status.as_ref().is_some_and(|s| s.node_name.is_some());
+    if !held || registered {
+        return Finalization::NotOurs;
+    }
+    match nc
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(parse_provider_id)
+    {
+        Some((_, id)) => Finalization::Instance(id.to_owned()),
+        None => Finalization::ByName,
+    }
+}
+
 impl Lifecycle {
     /// Deletes instance `id` of NodeClaim `claim` through the verifying path. An untagged
     /// instance with the claim's deterministic name was launched but never tagged (killed between
@@ -54,27 +84,11 @@ impl Lifecycle {
 
     /// Deletes the instance of a NodeClaim that never registered, then drops the finalizer.
     pub(super) async fn finalize(&self, nc: &NodeClaim) -> Result<Action, LifecycleError> {
-        if !nc.finalizers().iter().any(|f| f == finalizer::TERMINATION) {
-            return Ok(Action::await_change());
-        }
-        let registered = nc
-            .status
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_some();
-        if registered {
-            // Drain and instance deletion of a registered node: the termination controller's job.
-            return Ok(Action::await_change());
-        }
         let instance_name = naming::instance_name(&self.settings.cluster_name, &nc.name_any());
-        let id = match nc
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(parse_provider_id)
-        {
-            Some((_, id)) => Some(id.to_owned()),
-            None => self
+        let id = match finalization(nc) {
+            Finalization::NotOurs => return Ok(Action::await_change()),
+            Finalization::Instance(id) => Some(id),
+            Finalization::ByName => self
                 .cloud
                 .instances()
                 .find_by_name(&instance_name)
@@ -108,5 +122,40 @@ impl Lifecycle {
             })
             .inc();
         Ok(Action::await_change())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(finalizers: &[&str], status: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "x", "finalizers": finalizers},
+            "spec": {"nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "default"}, "requirements": []},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn unregistered_claims_are_finalized_here_registered_ones_by_termination() {
+        let pid = json!({"providerID": "kakaocloud:///kr-central-2-a/i-1"});
+        assert_eq!(
+            finalization(&claim(&[finalizer::TERMINATION], pid.clone())),
+            Finalization::Instance("i-1".into())
+        );
+        assert_eq!(
+            finalization(&claim(&[finalizer::TERMINATION], json!({}))),
+            Finalization::ByName,
+            "no providerID yet: the instance may exist under its deterministic name"
+        );
+        let registered = json!({"providerID": "kakaocloud:///kr-central-2-a/i-1", "nodeName": "n"});
+        assert_eq!(
+            finalization(&claim(&[finalizer::TERMINATION], registered)),
+            Finalization::NotOurs
+        );
+        assert_eq!(finalization(&claim(&[], pid)), Finalization::NotOurs);
     }
 }

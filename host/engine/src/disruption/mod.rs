@@ -19,3 +19,6 @@ pub use model::{ClusterSnapshot, DriftReason, NodeState, PodState, PoolState, Re
 pub use plan::{Blocker, Command, Method, Plan, Replacement, plan, still_valid};
 pub use scorer::{ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError};
 pub use simulate::{Outcome, Simulator};
+
+#[cfg(test)]
+mod rules_tests;

@@ -38,3 +38,6 @@ pub use ranker::{
 };
 pub use resources::Resources;
 pub use scheduler::{Scheduler, SchedulerOptions};
+
+#[cfg(test)]
+mod behaviour_tests;

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
-use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
-use kk_engine::disruption::scorer::{ConsolidationScorer, ScoreCandidate, ScoreError};
-use kk_engine::disruption::{
+use crate::disruption::scorer::{ConsolidationScorer, ScoreCandidate, ScoreError};
+use crate::disruption::{
     ClusterSnapshot, DriftReason, Method, NodeState, PodState, PoolState, Reason,
     SavingsPerDisruption, plan, still_valid,
 };
-use kk_engine::scheduling::{InstanceType, Offering, Resources};
+use crate::scheduling::{InstanceType, Offering, Resources};
+use jiff::Timestamp;
+use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy, DisruptionReason};
 
 const GI: u64 = 1 << 30;
 
@@ -85,7 +85,7 @@ fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
     }
 }
 
-fn names(cmd: &kk_engine::disruption::Command, s: &ClusterSnapshot) -> Vec<String> {
+fn names(cmd: &crate::disruption::Command, s: &ClusterSnapshot) -> Vec<String> {
     let mut v: Vec<String> = cmd.node_names(s).into_iter().map(str::to_owned).collect();
     v.sort();
     v
@@ -180,7 +180,7 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
         .map(|(_, n)| {
             4000 - n
                 .requested()
-                .get(kk_engine::scheduling::resources::Dim::CpuMillis)
+                .get(crate::scheduling::resources::Dim::CpuMillis)
         })
         .sum();
     let moved: u64 = cmd
@@ -189,7 +189,7 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
         .map(|&i| {
             s.nodes[i]
                 .requested()
-                .get(kk_engine::scheduling::resources::Dim::CpuMillis)
+                .get(crate::scheduling::resources::Dim::CpuMillis)
         })
         .sum();
     let extra = cmd
@@ -340,7 +340,7 @@ fn the_scorer_orders_candidates_and_a_bad_scorer_falls_back() {
         node("dear", "m2a.xlarge", 4000, 200_000, &[1000]),
         node("dest", "m2a.xlarge", 4000, 200_000, &[2900]),
     ]);
-    let first = |p: &kk_engine::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
+    let first = |p: &crate::disruption::Plan| s.nodes[p.scored.order[0]].name.clone();
     let native = plan(&s, &SavingsPerDisruption);
     assert_eq!(first(&native), "dear", "saves more per unit of disruption");
     let custom = plan(&s, &Reverse);

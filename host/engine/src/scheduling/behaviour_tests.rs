@@ -3,6 +3,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::scheduling::fixtures::pod;
+use crate::scheduling::resources::Dim;
+use crate::scheduling::{
+    CheapestFitRanker, ExistingNode, InstanceRanker, InstanceType, NodeClaimDraft, NodePoolInput,
+    Offering, PoolRequirement, RankError, RankRequest, Resources, Scheduler, SchedulerOptions,
+    SchedulingProblem, SchedulingResult,
+};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodAffinity, PodAffinityTerm, PodAntiAffinity, PreferredSchedulingTerm, Taint, Toleration,
@@ -10,13 +17,6 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kk_engine::scheduling::fixtures::pod;
-use kk_engine::scheduling::resources::Dim;
-use kk_engine::scheduling::{
-    CheapestFitRanker, ExistingNode, InstanceRanker, InstanceType, NodeClaimDraft, NodePoolInput,
-    Offering, PoolRequirement, RankError, RankRequest, Resources, Scheduler, SchedulerOptions,
-    SchedulingProblem, SchedulingResult,
-};
 
 const GI: u64 = 1 << 30;
 const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];
