@@ -110,7 +110,7 @@ impl Collector {
             match self
                 .cloud
                 .instances()
-                .delete_owned(&id, &keyring, &self.cluster_name)
+                .delete_owned(&id, &keyring, &self.cluster_name, &claim)
                 .await
             {
                 Ok(_)

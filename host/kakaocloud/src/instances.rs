@@ -13,7 +13,7 @@ use super::config::Service;
 use super::error::Error;
 use super::naming;
 use super::transport::{Call, Transport, backoff};
-use crate::ownership::{self, Keyring, Owner};
+use crate::ownership::{self, Keyring, Owner, VerifyError};
 
 /// What to launch. Not `Debug`: `user_data` carries a bootstrap token.
 #[derive(Clone)]
@@ -211,12 +211,13 @@ impl Instances<'_> {
     }
 
     /// Deletes the instance only if its description carries an ownership tag
-    /// that verifies for `cluster` under `keyring`. Returns who owned it.
+    /// that verifies for `cluster` under `keyring` and names `nodeclaim`. Returns who owned it.
     pub async fn delete_owned(
         &self,
         id: &str,
         keyring: &Keyring,
         cluster: &str,
+        nodeclaim: &str,
     ) -> Result<(DeleteOutcome, Owner), DeleteOwnedError> {
         let instance = match self.get(id).await {
             Ok(instance) => instance,
@@ -229,6 +230,14 @@ impl Instances<'_> {
         let owner = keyring
             .verify_description(description, cluster, &instance.id)
             .map_err(DeleteOwnedError::NotOwned)?;
+        // The tag must name the claim asking: a NodeClaim whose providerID points at another
+        // claim's instance must not delete it (that one is drained by its own claim).
+        if owner.nodeclaim != nodeclaim {
+            return Err(DeleteOwnedError::NotOwned(VerifyError::OtherClaim {
+                tagged: owner.nodeclaim,
+                expected: nodeclaim.to_owned(),
+            }));
+        }
         let outcome = self
             .delete_unverified(id)
             .await

@@ -5,6 +5,10 @@
 //! restarted controller finds what it launched. KakaoCloud accepts 4..=63
 //! characters of `[A-Za-z0-9_-]`, starting and ending alphanumeric, without
 //! `--`, `__`, `-_` or `_-`.
+//!
+//! Invariant: different (cluster, NodeClaim) pairs never share a name. The readable part
+//! alone is ambiguous (`prod` + `eu-web-x1` and `prod-eu` + `web-x1` both read
+//! `kk-prod-eu-web-x1`), so every name ends with a hash of the exact pair.
 
 use sha2::{Digest, Sha256};
 
@@ -13,18 +17,11 @@ use super::api::{INSTANCE_NAME_MAX, INSTANCE_NAME_MIN};
 const PREFIX: &str = "kk";
 const HASH_LEN: usize = 8;
 
-/// Instance name for `nodeclaim` of `cluster`.
-///
-/// When the readable form had to be altered (characters replaced, or cut to
-/// fit), a short hash of the exact inputs is appended so two different inputs
-/// cannot end up with the same name.
+/// Instance name for `nodeclaim` of `cluster`: a readable prefix (cut to fit) and a short
+/// hash of the exact inputs, so two different pairs cannot end up with the same name.
 pub fn instance_name(cluster: &str, nodeclaim: &str) -> String {
     let readable = format!("{PREFIX}-{}-{}", sanitize(cluster), sanitize(nodeclaim));
     let readable = collapse(&readable);
-    let exact = readable == format!("{PREFIX}-{cluster}-{nodeclaim}");
-    if exact && readable.len() <= INSTANCE_NAME_MAX && readable.len() >= INSTANCE_NAME_MIN {
-        return readable;
-    }
     let digest = Sha256::digest(format!("{cluster}\0{nodeclaim}").as_bytes());
     let hash = &hex::encode(digest)[..HASH_LEN];
     let room = INSTANCE_NAME_MAX - HASH_LEN - 1;
@@ -78,10 +75,20 @@ mod tests {
 
     #[test]
     fn simple_names_stay_readable() {
-        assert_eq!(
-            instance_name("prod", "default-abc12"),
-            "kk-prod-default-abc12"
+        let name = instance_name("prod", "default-abc12");
+        assert!(name.starts_with("kk-prod-default-abc12-"), "{name}");
+        assert!(is_valid_instance_name(&name), "{name}");
+    }
+
+    #[test]
+    fn clusters_whose_names_join_alike_never_collide() {
+        let a = instance_name("prod", "eu-web-x1");
+        let b = instance_name("prod-eu", "web-x1");
+        assert_ne!(
+            a, b,
+            "a cluster's instance must never carry another cluster's name"
         );
+        assert_eq!(a, instance_name("prod", "eu-web-x1"), "deterministic");
     }
 
     #[test]

@@ -101,6 +101,8 @@ pub enum VerifyError {
     UnknownKey(String),
     #[error("tag signature does not match this cluster and instance")]
     BadSignature,
+    #[error("tag names NodeClaim {tagged:?}, not {expected:?}")]
+    OtherClaim { tagged: String, expected: String },
 }
 
 /// Who owns a verified instance.
@@ -404,6 +406,41 @@ fn is_dns_subdomain(name: &str) -> bool {
         })
 }
 
+/// What launch may do with an existing instance of its deterministic name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// Its tag verifies for this cluster and names this NodeClaim.
+    AlreadyOurs,
+    /// It carries no ownership tag: we created it and were stopped before tagging it.
+    Sign,
+    /// It carries a tag that is not ours for this claim: never re-signed, never adopted.
+    Refuse(VerifyError),
+}
+
+impl Keyring {
+    /// Whether the instance `instance_id` with `description` may be adopted by NodeClaim
+    /// `nodeclaim` of `cluster`.
+    pub fn adoption(
+        &self,
+        description: &str,
+        cluster: &str,
+        nodeclaim: &str,
+        instance_id: &str,
+    ) -> Adoption {
+        if tags_in(description).next().is_none() {
+            return Adoption::Sign;
+        }
+        match self.verify_description(description, cluster, instance_id) {
+            Ok(owner) if owner.nodeclaim == nodeclaim => Adoption::AlreadyOurs,
+            Ok(owner) => Adoption::Refuse(VerifyError::OtherClaim {
+                tagged: owner.nodeclaim,
+                expected: nodeclaim.to_owned(),
+            }),
+            Err(e) => Adoption::Refuse(e),
+        }
+    }
+}
+
 /// The current keyring, swappable when its Secret changes. Reads are cheap
 /// clones of an `Arc`; a reload that fails validation keeps the old ring and
 /// is reported by [`KeyringHandle::last_error`].
@@ -525,5 +562,44 @@ impl fmt::Debug for KeyringHandle {
         f.debug_tuple("KeyringHandle")
             .field(&self.current())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#;
+    const OTHER_RING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="}]}"#;
+    #[test]
+    fn adoption_signs_only_untagged_instances_and_keeps_ours() {
+        let ring = Keyring::from_json(RING.as_bytes()).unwrap();
+        let tag = ring.sign("prod", "claim-a", "i-1").unwrap();
+        let ours = compose_description("worker", &tag);
+        assert_eq!(
+            ring.adoption("worker", "prod", "claim-a", "i-1"),
+            Adoption::Sign
+        );
+        assert_eq!(
+            ring.adoption(&ours, "prod", "claim-a", "i-1"),
+            Adoption::AlreadyOurs
+        );
+        assert!(matches!(
+            ring.adoption(&ours, "prod", "claim-b", "i-1"),
+            Adoption::Refuse(VerifyError::OtherClaim { .. })
+        ));
+        assert!(
+            matches!(
+                ring.adoption(&ours, "prod-eu", "claim-a", "i-1"),
+                Adoption::Refuse(_)
+            ),
+            "another cluster's tag is never re-signed"
+        );
+        let other_ring = Keyring::from_json(OTHER_RING.as_bytes()).unwrap();
+        let theirs = compose_description("", &other_ring.sign("prod", "claim-a", "i-1").unwrap());
+        assert!(matches!(
+            ring.adoption(&theirs, "prod", "claim-a", "i-1"),
+            Adoption::Refuse(_)
+        ));
     }
 }

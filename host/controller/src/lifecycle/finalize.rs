@@ -50,7 +50,7 @@ impl Lifecycle {
         let not_owned = match self
             .cloud
             .instances()
-            .delete_owned(id, &keyring, cluster)
+            .delete_owned(id, &keyring, cluster, claim)
             .await
         {
             Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => return Ok(()),
@@ -72,7 +72,7 @@ impl Lifecycle {
         match self
             .cloud
             .instances()
-            .delete_owned(id, &keyring, cluster)
+            .delete_owned(id, &keyring, cluster, claim)
             .await
         {
             Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => Ok(()),

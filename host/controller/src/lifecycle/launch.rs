@@ -277,21 +277,29 @@ impl Lifecycle {
         instance: &Instance,
     ) -> Result<(), LifecycleError> {
         let keyring = self.keyring.current();
-        let tagged = instance.description.as_deref().is_some_and(|d| {
-            keyring
-                .verify_description(d, &self.settings.cluster_name, &instance.id)
-                .is_ok()
-        });
-        if !tagged {
-            let tag = keyring.sign(&self.settings.cluster_name, claim, &instance.id)?;
-            let description =
-                ownership::compose_description(instance.description.as_deref().unwrap_or(""), &tag);
-            self.cloud
-                .instances()
-                .update_description(&instance.id, &description)
-                .await?;
+        let description = instance.description.as_deref().unwrap_or("");
+        match keyring.adoption(
+            description,
+            &self.settings.cluster_name,
+            claim,
+            &instance.id,
+        ) {
+            Adoption::AlreadyOurs => Ok(()),
+            Adoption::Sign => {
+                let tag = keyring.sign(&self.settings.cluster_name, claim, &instance.id)?;
+                let description = ownership::compose_description(description, &tag);
+                self.cloud
+                    .instances()
+                    .update_description(&instance.id, &description)
+                    .await?;
+                Ok(())
+            }
+            // Another cluster's (or another claim's) instance under our name: leave it as it is.
+            Adoption::Refuse(why) => Err(LifecycleError::NotOurs {
+                instance: instance.id.clone(),
+                why,
+            }),
         }
-        Ok(())
     }
 
     pub(super) async fn launched(
@@ -303,7 +311,18 @@ impl Lifecycle {
     ) -> Result<Action, LifecycleError> {
         let name = nc.name_any();
         // Ownership tag first: an untagged instance could never be deleted safely.
-        self.ensure_tagged(&name, instance).await?;
+        if let Err(err) = self.ensure_tagged(&name, instance).await {
+            if matches!(err, LifecycleError::NotOurs { .. }) {
+                self.event(
+                    nc,
+                    EventType::Warning,
+                    "OwnershipUnverified",
+                    err.to_string(),
+                )
+                .await;
+            }
+            return Err(err);
+        }
         let flavor = instance
             .flavor
             .as_ref()

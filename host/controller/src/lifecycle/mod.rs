@@ -39,7 +39,7 @@ use crate::config::Settings;
 use crate::metrics::{Metrics, NodePoolReason};
 use crate::provisioning::catalog::LiveCatalog;
 use kakaocloud::api::{Instance, InstanceStatus};
-use kakaocloud::ownership::{self, KeyringHandle};
+use kakaocloud::ownership::{self, Adoption, KeyringHandle};
 use kakaocloud::{self, LaunchSpec, naming};
 use kk_apis::crd::conditions::{DesiredCondition, is_true, set_condition};
 use kk_apis::crd::{KCNodeClass, NodeClaim};
@@ -74,6 +74,13 @@ pub enum LifecycleError {
     Sign(#[from] ownership::SignError),
     #[error("{0}")]
     NotReady(String),
+    #[error(
+        "instance {instance} carries an ownership tag that is not this NodeClaim's ({why}); it is never re-signed or adopted"
+    )]
+    NotOurs {
+        instance: String,
+        why: ownership::VerifyError,
+    },
 }
 
 /// Everything the controller needs; shared by every reconcile.

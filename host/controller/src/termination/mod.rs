@@ -330,7 +330,7 @@ impl Terminator {
         match self
             .cloud
             .instances()
-            .delete_owned(id, &keyring, &self.cluster_name)
+            .delete_owned(id, &keyring, &self.cluster_name, &nc.name_any())
             .await
         {
             Ok(_) => {

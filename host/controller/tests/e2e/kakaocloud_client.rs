@@ -286,14 +286,14 @@ async fn instance_lifecycle_create_list_get_update_delete() {
         .unwrap();
     let (outcome, _) = client
         .instances()
-        .delete_owned(&id, &keyring, "demo-cluster")
+        .delete_owned(&id, &keyring, "demo-cluster", "claim")
         .await
         .unwrap();
     assert_eq!(outcome, DeleteOutcome::Deleted);
     assert!(matches!(
         client
             .instances()
-            .delete_owned(&id, &keyring, "demo-cluster")
+            .delete_owned(&id, &keyring, "demo-cluster", "claim")
             .await,
         Err(DeleteOwnedError::Api(Error::NotFound { .. }))
     ));
@@ -656,7 +656,7 @@ async fn delete_owned_refuses_instances_whose_tag_does_not_verify() {
 
     match client
         .instances()
-        .delete_owned(&theirs.id, &keyring, "demo-cluster")
+        .delete_owned(&theirs.id, &keyring, "demo-cluster", "ours")
         .await
     {
         Err(DeleteOwnedError::NotOwned(VerifyError::BadSignature)) => {}
@@ -664,16 +664,31 @@ async fn delete_owned_refuses_instances_whose_tag_does_not_verify() {
     }
     match client
         .instances()
-        .delete_owned(&ours.id, &keyring, "other-cluster")
+        .delete_owned(&ours.id, &keyring, "other-cluster", "ours")
         .await
     {
         Err(DeleteOwnedError::NotOwned(_)) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }
+    // Our cluster's instance, but the tag names another NodeClaim: a claim whose providerID
+    // points at it must not delete it (its own claim drains it first).
+    match client
+        .instances()
+        .delete_owned(&ours.id, &keyring, "demo-cluster", "someone-else")
+        .await
+    {
+        Err(DeleteOwnedError::NotOwned(VerifyError::OtherClaim { tagged, expected })) => {
+            assert_eq!(
+                (tagged.as_str(), expected.as_str()),
+                ("ours", "someone-else")
+            );
+        }
+        other => panic!("expected a refusal naming the other claim, got {other:?}"),
+    }
     assert_eq!(sim.instances().len(), 2, "nothing deleted");
     let (outcome, owner) = client
         .instances()
-        .delete_owned(&ours.id, &keyring, "demo-cluster")
+        .delete_owned(&ours.id, &keyring, "demo-cluster", "ours")
         .await
         .unwrap();
     assert_eq!(outcome, DeleteOutcome::Deleted);
