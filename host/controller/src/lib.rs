@@ -15,4 +15,5 @@ pub mod operator;
 pub mod provisioning;
 pub mod retry;
 pub mod state;
+pub mod supervisor;
 pub mod termination;

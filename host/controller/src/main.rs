@@ -228,15 +228,23 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     };
 
     let Some(leader_config) = leader_config else {
-        let op = tokio::select! {
+        let mut op = tokio::select! {
             op = start_operator() => op?,
             _ = shutdown_requested(&mut stop) => return Ok(0),
         };
         is_leader.get_or_create(&lease_label).set(1);
         tracing::info!("controllers started (leader election disabled)");
-        shutdown_requested(&mut stop).await;
-        op.stop();
-        return Ok(0);
+        return Ok(tokio::select! {
+            _ = shutdown_requested(&mut stop) => {
+                op.stop();
+                0
+            }
+            (controller, how) = op.first_exit() => {
+                op.stop();
+                tracing::error!(controller, how, "a controller stopped; exiting so the pod restarts");
+                1
+            }
+        });
     };
 
     tracing::info!(lease = %leader_config.name, namespace = %leader_config.namespace, identity = %leader_config.identity, "waiting for the leader-election lease");
@@ -253,7 +261,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             }
         }
     }
-    let op = tokio::select! {
+    let mut op = tokio::select! {
         op = start_operator() => op?,
         _ = shutdown_requested(&mut stop) => {
             election.stop().await;
@@ -275,6 +283,14 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             op.stop();
             is_leader.get_or_create(&lease_label).set(0);
             tracing::error!(reason = ?ended, "leader election lost");
+            Ok(1)
+        }
+        (controller, how) = op.first_exit() => {
+            op.stop();
+            is_leader.get_or_create(&lease_label).set(0);
+            // Release the lease so the standby takes over at once.
+            election.stop().await;
+            tracing::error!(controller, how, "a controller stopped; exiting so the pod restarts");
             Ok(1)
         }
     }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::config::Settings;
 use crate::disruption::{self, Disrupter};
@@ -22,6 +21,7 @@ use crate::provisioning::Provisioner;
 use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
 use crate::retry::Backoff;
 use crate::state::{Change, ClusterState};
+use crate::supervisor::Supervisor;
 use crate::termination::Terminator;
 use kakaocloud::ownership::KeyringHandle;
 use kk_engine::disruption::{ConsolidationScorer, SavingsPerDisruption};
@@ -51,7 +51,7 @@ pub struct Operator {
     pub provisioner: Arc<Provisioner>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
-    tasks: Vec<JoinHandle<()>>,
+    supervisor: Supervisor,
 }
 
 impl std::fmt::Debug for Operator {
@@ -212,35 +212,33 @@ impl Operator {
                 }
             }
         });
+        let mut supervisor = Supervisor::default();
+        supervisor.adopt("nodeclass", class_task);
+        supervisor.adopt("change-forwarder", forward);
         let p = provisioner.clone();
-        let prov_task = tokio::spawn(async move { p.run(trigger_rx).await });
+        supervisor.spawn("provisioning", async move { p.run(trigger_rx).await });
         let l = lifecycle.clone();
-        let life_task = tokio::spawn(async move { l.run(feeds.lifecycle).await });
-        let term_task = tokio::spawn(terminator.run(feeds.termination));
-        let disrupt_task = tokio::spawn(disrupter.run());
-        let gc_task = tokio::spawn(collector.run());
+        supervisor.spawn("lifecycle", async move { l.run(feeds.lifecycle).await });
+        supervisor.spawn("termination", terminator.run(feeds.termination));
+        supervisor.spawn("disruption", disrupter.run());
+        supervisor.spawn("garbage-collection", collector.run());
         Ok(Operator {
             state,
             provisioner,
             lifecycle,
             metrics,
-            tasks: vec![
-                class_task,
-                forward,
-                prov_task,
-                life_task,
-                term_task,
-                disrupt_task,
-                gc_task,
-            ],
+            supervisor,
         })
+    }
+
+    /// Resolves when a controller stops (it never should): its name and how it ended.
+    pub async fn first_exit(&mut self) -> (&'static str, String) {
+        self.supervisor.first_exit().await
     }
 
     /// Stops every controller and watch started by [`Operator::start`].
     pub fn stop(&self) {
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.supervisor.abort_all();
         self.state.stop();
     }
 }

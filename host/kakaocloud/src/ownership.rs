@@ -249,6 +249,14 @@ impl Keyring {
         Ok(tag)
     }
 
+    /// Whether a tag for `nodeclaim` of `cluster` can be signed at all (the NodeClaim name is a
+    /// DNS subdomain and the tag fits the instance description). A tag's length does not depend
+    /// on the instance, so launch checks this before it creates anything: an instance that could
+    /// never be tagged could never be deleted through the verified path.
+    pub fn check_signable(&self, cluster: &str, nodeclaim: &str) -> Result<(), SignError> {
+        self.sign(cluster, nodeclaim, "i-check").map(|_| ())
+    }
+
     /// Checks `tag` for `cluster` and `instance_id` with any key of the ring.
     pub fn verify(
         &self,
@@ -600,6 +608,22 @@ mod tests {
         assert!(matches!(
             ring.adoption(&theirs, "prod", "claim-a", "i-1"),
             Adoption::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn signability_is_known_before_any_instance_exists() {
+        let ring = Keyring::from_json(RING.as_bytes()).unwrap();
+        let fits = format!("{}.abcde", "n".repeat(58));
+        assert!(ring.check_signable("prod", &fits).is_ok());
+        let too_long = format!("{}.{}", "n".repeat(40), "x".repeat(40));
+        assert!(matches!(
+            ring.check_signable("prod", &too_long),
+            Err(SignError::TooLong { .. })
+        ));
+        assert!(matches!(
+            ring.check_signable("prod", "Not_A_Name"),
+            Err(SignError::InvalidNodeClaim(_))
         ));
     }
 }

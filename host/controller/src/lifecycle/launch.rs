@@ -32,6 +32,32 @@ impl Lifecycle {
             .await;
             return self.delete_claim(nc, "launch_timeout").await;
         }
+        // Nothing is created for a claim whose instance could never carry its ownership tag.
+        if let Err(err) = self
+            .keyring
+            .current()
+            .check_signable(&self.settings.cluster_name, &name)
+        {
+            let message = format!("NodeClaim name cannot be signed into the instance: {err}");
+            self.event(
+                nc,
+                EventType::Warning,
+                "InvalidNodeClaimName",
+                message.clone(),
+            )
+            .await;
+            self.set_conditions(
+                nc,
+                &[DesiredCondition::falsy(
+                    condition::LAUNCHED,
+                    "InvalidNodeClaimName",
+                    message,
+                )],
+                None,
+            )
+            .await?;
+            return self.delete_claim(nc, "invalid_name").await;
+        }
         let class = match self.nodeclass(nc) {
             Ok(c) => c,
             Err(msg) => {

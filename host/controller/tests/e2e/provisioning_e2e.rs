@@ -508,3 +508,51 @@ async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
     let claims = env.claims_of("custom").await;
     assert_eq!(claims.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeclaim_whose_name_cannot_be_signed_creates_nothing_and_does_not_stick() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    // 81 characters: a valid object name, but its ownership tag cannot fit the 100-character
+    // instance description, so an instance launched for it could never be deleted safely.
+    let name = format!("long-{}.{}", "n".repeat(40), "x".repeat(35));
+    env.kubectl_apply(&format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {name}
+  labels:
+    karpenter.sh/nodepool: karpenter-default
+  finalizers: [karpenter.sh/termination]
+spec:
+  nodeClassRef: {{group: karpenter.kakaocloud.com, kind: KCNodeClass, name: karpenter-default}}
+  requirements:
+    - {{key: node.kubernetes.io/instance-type, operator: In, values: [m2a.large]}}
+"#
+    ));
+    eventually(
+        "the unlaunchable NodeClaim is deleted, its finalizer released",
+        || async {
+            let left = env.nodeclaims().await;
+            (!left
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some(name.as_str())))
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        env.sim.instances_including_deleted().is_empty(),
+        "no instance was ever created"
+    );
+    assert_eq!(env.sim.request_count(routes::INSTANCES_CREATE), 0);
+    let events = env.events("InvalidNodeClaimName").await;
+    assert!(
+        events.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("description limit"))),
+        "the Event says the tag would not fit: {events:?}"
+    );
+}
