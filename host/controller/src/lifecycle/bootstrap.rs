@@ -1,5 +1,9 @@
 //! Join credentials: short-lived bootstrap-token Secrets in kube-system, and the CA public-key
 //! hash kubeadm pins the API server with.
+//!
+//! One token per NodeClaim: its ID is derived from (cluster, NodeClaim), so the controller
+//! finds and deletes its own token by name (after registration, or when the claim goes) and
+//! needs only `create` and `delete` on Secrets in kube-system, never `get` or `list`.
 
 use kk_apis::names::label;
 use std::collections::BTreeMap;
@@ -24,18 +28,31 @@ impl std::fmt::Debug for BootstrapToken {
     }
 }
 
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// The token ID of NodeClaim `nodeclaim` of `cluster`: 6 characters of `[a-z0-9]`.
+pub fn token_id(cluster: &str, nodeclaim: &str) -> String {
+    Sha256::digest(format!("{cluster}\0{nodeclaim}").as_bytes())
+        .iter()
+        .take(6)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// The name of the token Secret of NodeClaim `nodeclaim` of `cluster`.
+pub fn secret_name(cluster: &str, nodeclaim: &str) -> String {
+    format!("bootstrap-token-{}", token_id(cluster, nodeclaim))
+}
+
 impl BootstrapToken {
-    pub fn generate() -> Self {
-        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    /// A fresh secret under the NodeClaim's token ID.
+    pub fn for_claim(cluster: &str, nodeclaim: &str) -> Self {
         let mut rng = rand::rng();
-        let mut pick = |n: usize| -> String {
-            (0..n)
-                .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-                .collect()
-        };
         BootstrapToken {
-            id: pick(6),
-            secret: pick(16),
+            id: token_id(cluster, nodeclaim),
+            secret: (0..16)
+                .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+                .collect(),
         }
     }
 
@@ -158,11 +175,32 @@ pub fn ca_cert_hash(ca_pem: &str) -> Result<String, CaError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn one_token_name_per_claim_and_cluster() {
+        assert_eq!(secret_name("prod", "a"), secret_name("prod", "a"));
+        assert_ne!(secret_name("prod", "a"), secret_name("prod", "b"));
+        assert_ne!(secret_name("prod", "a"), secret_name("dev", "a"));
+        let id = token_id("prod", "a");
+        assert_eq!(id.len(), 6);
+        assert!(id.bytes().all(|b| ALPHABET.contains(&b)));
+        let t = BootstrapToken::for_claim("prod", "a");
+        assert_eq!(
+            format!("bootstrap-token-{}", t.id),
+            secret_name("prod", "a")
+        );
+        assert_ne!(
+            t.secret,
+            BootstrapToken::for_claim("prod", "a").secret,
+            "fresh secrets"
+        );
+    }
+
     use super::*;
 
     #[test]
     fn tokens_have_the_bootstrap_format() {
-        let t = BootstrapToken::generate();
+        let t = BootstrapToken::for_claim("c", "n");
         assert_eq!(t.id.len(), 6);
         assert_eq!(t.secret.len(), 16);
         assert!(

@@ -100,6 +100,7 @@ impl Lifecycle {
                 .await?;
             tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
         }
+        self.delete_bootstrap_token(&nc.name_any()).await?;
         let finalizers: Vec<String> = nc
             .finalizers()
             .iter()

@@ -229,7 +229,9 @@ impl Lifecycle {
         node_name: &str,
         version: &str,
     ) -> Result<String, LifecycleError> {
-        let token = BootstrapToken::generate();
+        let token = BootstrapToken::for_claim(&self.settings.cluster_name, &nc.name_any());
+        // One token per claim: a retried launch replaces the token of the earlier attempt.
+        self.delete_bootstrap_token(&nc.name_any()).await?;
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.client.clone(), "kube-system");
         secrets

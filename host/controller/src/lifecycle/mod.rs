@@ -168,6 +168,19 @@ impl Lifecycle {
             .await;
     }
 
+    /// Deletes NodeClaim `claim`'s bootstrap token, if it has one (the token joined its node, or
+    /// the claim is going away).
+    async fn delete_bootstrap_token(&self, claim: &str) -> Result<(), LifecycleError> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), "kube-system");
+        let name = bootstrap::secret_name(&self.settings.cluster_name, claim);
+        match secrets.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
         self.events
             .publish(&nc.object_ref(&()), type_, reason, note)

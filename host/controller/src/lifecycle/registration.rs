@@ -100,6 +100,8 @@ impl Lifecycle {
                 )
                 .await?;
             tracing::info!(node = %node_name, "registered nodeclaim");
+            // The node joined: its bootstrap token has no use left.
+            self.delete_bootstrap_token(&nc.name_any()).await?;
             self.metrics
                 .nodes_created
                 .get_or_create(&NodePoolReason {

@@ -226,6 +226,21 @@ fn rbac_is_least_privilege() {
             );
         }
     }
+    // kube-system: bootstrap tokens are created and deleted by name, never read or listed.
+    let bootstrap = find(&objects, "Role", "karpenter-provider-kakaocloud-bootstrap");
+    assert_eq!(bootstrap["metadata"]["namespace"], "kube-system");
+    for r in bootstrap["rules"].as_array().unwrap() {
+        if r["resources"] == serde_json::json!(["secrets"]) {
+            assert_eq!(r["verbs"], serde_json::json!(["create", "delete"]));
+            assert!(r.get("resourceNames").is_none() || r["resourceNames"].is_null());
+        } else {
+            let verbs = r["verbs"].as_array().unwrap();
+            assert!(
+                verbs.iter().all(|v| v == "get"),
+                "kube-system: only the CA ConfigMap is read: {r}"
+            );
+        }
+    }
     // No Secret access cluster-wide; no wildcard anywhere.
     for o in objects
         .iter()

@@ -44,6 +44,20 @@ async fn install_guide_step_5_runs_the_demo_on_new_nodes() {
     ]);
 
     let pods = running(&env, &ns, "app=karpenter-demo", 3).await;
+    // Every node registered, so no bootstrap token is left in kube-system.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(env.kube.clone(), "kube-system");
+    eventually(
+        "the registered nodes' bootstrap tokens are deleted",
+        || async {
+            let tokens = secrets
+                .list(&kube::api::ListParams::default().labels(kk_apis::names::label::NODECLAIM))
+                .await
+                .ok()?;
+            tokens.items.is_empty().then_some(())
+        },
+    )
+    .await;
     let node_names: BTreeSet<String> = pods
         .iter()
         .filter_map(|p| p.spec.as_ref()?.node_name.clone())
