@@ -1,8 +1,85 @@
 //! The ownership keyring's Secret (`karpenter-sigkey`/`keyring.json`): loaded at startup and
 //! watched, so a rotation takes effect without a restart. The ring itself and the tag format
 //! live in the client crate ([`kakaocloud::ownership`]); this module only feeds it.
+//!
+//! Invariant: a reload never orphans an instance. A new ring that removes a key, or maps a key
+//! ID to other bytes, is refused (the old ring keeps serving, a Warning Event on the Secret says
+//! why) while any live instance of this cluster carries a tag signed with that key.
 
+use k8s_openapi::api::core::v1::Secret;
+use kakaocloud::InstanceFilter;
+use kakaocloud::api::InstanceStatus;
 use kakaocloud::ownership::{Keyring, KeyringError, KeyringHandle};
+use kube::Resource;
+
+use crate::events::Events;
+
+/// What a reload must not orphan: the instances of `cluster`.
+#[derive(Clone)]
+pub struct RetireGuard {
+    pub cloud: kakaocloud::Client,
+    pub cluster: String,
+}
+
+impl RetireGuard {
+    /// How many live instances carry a tag of this cluster that `current` verifies as signed
+    /// with one of `ids`.
+    async fn instances_signed_with(
+        &self,
+        current: &Keyring,
+        ids: &[String],
+    ) -> Result<usize, kakaocloud::Error> {
+        let instances = self
+            .cloud
+            .instances()
+            .list(&InstanceFilter::default())
+            .await?;
+        Ok(instances
+            .iter()
+            .filter(|i| i.status.as_ref() != Some(&InstanceStatus::Deleted))
+            .filter(|i| {
+                current
+                    .verify_description(
+                        i.description.as_deref().unwrap_or(""),
+                        &self.cluster,
+                        &i.id,
+                    )
+                    .is_ok_and(|owner| ids.contains(&owner.key_id))
+            })
+            .count())
+    }
+}
+
+/// Validates `secret`'s keyring and swaps it in, unless it would orphan live instances.
+pub async fn reload(
+    handle: &KeyringHandle,
+    secret: &Secret,
+    guard: Option<&RetireGuard>,
+) -> Result<(), KeyringError> {
+    let next = match Keyring::from_secret(secret) {
+        Ok(next) => next,
+        Err(e) => return handle.outcome(Err(e)),
+    };
+    let current = handle.current();
+    let retired = current.retired_by(&next);
+    if let (false, Some(guard)) = (retired.is_empty(), guard) {
+        let refusal = match guard.instances_signed_with(&current, &retired).await {
+            Ok(0) => None,
+            Ok(instances) => Some(KeyringError::KeysInUse {
+                ids: retired,
+                instances,
+            }),
+            Err(e) => Some(KeyringError::UsageUnknown {
+                ids: retired,
+                reason: e.to_string(),
+            }),
+        };
+        if let Some(err) = refusal {
+            return handle.outcome(Err(err));
+        }
+    }
+    handle.outcome(Ok(next))
+}
 
 /// Why the keyring could not be loaded at startup.
 #[derive(Debug, thiserror::Error)]
@@ -34,11 +111,12 @@ pub async fn watch_keyring(
     client: kube::Client,
     namespace: &str,
     secret_name: &str,
+    guard: Option<RetireGuard>,
 ) -> Result<KeyringHandle, KeyringLoadError> {
     use futures::StreamExt as _;
-    use k8s_openapi::api::core::v1::Secret;
     use kube::runtime::{WatchStreamExt as _, watcher};
 
+    let events = Events::new(Events::recorder(client.clone()), "ReloadKeyring");
     let api: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
     let (ns, name) = (namespace.to_string(), secret_name.to_string());
     let secret = api
@@ -81,7 +159,15 @@ pub async fn watch_keyring(
                         continue;
                     }
                     last_version = secret.metadata.resource_version.clone();
-                    let _ = reloader.reload_from_secret(&secret);
+                    if let Err(err) = reload(&reloader, &secret, guard.as_ref()).await {
+                        events
+                            .warning(
+                                &secret.object_ref(&()),
+                                "KeyringReloadRefused",
+                                err.to_string(),
+                            )
+                            .await;
+                    }
                 }
                 Ok(watcher::Event::Delete(_)) => {
                     tracing::warn!(namespace = %ns, secret = %name, "ownership keyring Secret deleted; keeping the loaded keyring");

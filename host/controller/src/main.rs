@@ -187,6 +187,10 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         kube.clone(),
         &settings.system_namespace,
         &settings.keyring_secret,
+        Some(keyring::RetireGuard {
+            cloud: cloud.clone(),
+            cluster: settings.cluster_name.clone(),
+        }),
     )
     .await
     .with_context(|| {

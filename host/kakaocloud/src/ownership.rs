@@ -71,6 +71,14 @@ pub enum KeyringError {
     ShortKey { id: String, len: usize },
     #[error("activeKeyID {0:?} is not one of the keys")]
     ActiveKeyAbsent(String),
+    #[error(
+        "the new keyring removes or changes key(s) {ids:?} that still sign {instances} live instance(s); re-sign them or keep the key"
+    )]
+    KeysInUse { ids: Vec<String>, instances: usize },
+    #[error(
+        "the new keyring removes or changes key(s) {ids:?} and their use could not be checked: {reason}"
+    )]
+    UsageUnknown { ids: Vec<String>, reason: String },
 }
 
 /// Why a tag could not be made.
@@ -247,6 +255,23 @@ impl Keyring {
             return Err(SignError::TooLong { len: tag.len() });
         }
         Ok(tag)
+    }
+
+    /// Key IDs of this ring that `next` removes or maps to other key bytes: tags signed with them
+    /// would no longer verify once `next` is active.
+    pub fn retired_by(&self, next: &Keyring) -> Vec<String> {
+        // Equal keys give equal MACs; comparing a MAC of a fixed probe compares the keys
+        // without keeping their bytes around.
+        let probe = |key: &SecretKey| {
+            let mut mac = key.0.clone();
+            mac.update(b"karpenter-kakaocloud/keyring-compare");
+            mac.finalize().into_bytes()
+        };
+        self.keys
+            .iter()
+            .filter(|(id, key)| next.keys.get(*id).is_none_or(|n| probe(n) != probe(key)))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Whether a tag for `nodeclaim` of `cluster` can be signed at all (the NodeClaim name is a
@@ -520,7 +545,9 @@ impl KeyringHandle {
         self.outcome(Keyring::from_secret(secret))
     }
 
-    fn outcome(&self, next: Result<Keyring, KeyringError>) -> Result<(), KeyringError> {
+    /// Swaps in `next` (already validated and checked by the caller) or records why not; the
+    /// previous ring stays on error.
+    pub fn outcome(&self, next: Result<Keyring, KeyringError>) -> Result<(), KeyringError> {
         let result = match next {
             Ok(next) => {
                 self.replace(next);
@@ -625,5 +652,23 @@ mod tests {
             ring.check_signable("prod", "Not_A_Name"),
             Err(SignError::InvalidNodeClaim(_))
         ));
+    }
+
+    #[test]
+    fn retiring_keys_is_seen_whether_removed_or_changed() {
+        let ring = |json: &str| Keyring::from_json(json.as_bytes()).unwrap();
+        let k1 = r#"{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}"#;
+        let k1_changed = r#"{"id":"k1","key":"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="}"#;
+        let k2 = r#"{"id":"k2","key":"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="}"#;
+        let old = ring(&format!(r#"{{"activeKeyID":"k1","keys":[{k1}]}}"#));
+        let rotated = ring(&format!(r#"{{"activeKeyID":"k2","keys":[{k1},{k2}]}}"#));
+        assert!(
+            old.retired_by(&rotated).is_empty(),
+            "adding a key retires nothing"
+        );
+        let removed = ring(&format!(r#"{{"activeKeyID":"k2","keys":[{k2}]}}"#));
+        assert_eq!(rotated.retired_by(&removed), ["k1"]);
+        let changed = ring(&format!(r#"{{"activeKeyID":"k1","keys":[{k1_changed}]}}"#));
+        assert_eq!(old.retired_by(&changed), ["k1"], "same id, other bytes");
     }
 }

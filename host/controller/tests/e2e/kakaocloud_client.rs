@@ -35,7 +35,7 @@ fn client_with(sim: &Simulator, tweak: impl FnOnce(&mut Config)) -> Client {
     Client::new(config, sim.credentials()).expect("client")
 }
 
-fn spec(name: &str) -> LaunchSpec {
+pub(crate) fn spec(name: &str) -> LaunchSpec {
     LaunchSpec {
         name: name.to_string(),
         flavor_id: kakaocloud_sim::catalog::flavor_id("m2a.large").expect("catalog flavor"),

@@ -42,7 +42,7 @@ async fn keyring_is_loaded_validated_and_reloaded_from_its_secret() {
     let ns = cp.fresh_namespace("keyring").await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
 
-    match watch_keyring(client.clone(), &ns, "karpenter-sigkey").await {
+    match watch_keyring(client.clone(), &ns, "karpenter-sigkey", None).await {
         Err(KeyringLoadError::Missing { .. }) => {}
         other => panic!("expected Missing, got {other:?}"),
     }
@@ -53,7 +53,7 @@ async fn keyring_is_loaded_validated_and_reloaded_from_its_secret() {
         )
         .await
         .unwrap();
-    match watch_keyring(client.clone(), &ns, "bad").await {
+    match watch_keyring(client.clone(), &ns, "bad", None).await {
         Err(KeyringLoadError::Invalid {
             source: KeyringError::NoKeys,
             ..
@@ -66,7 +66,7 @@ async fn keyring_is_loaded_validated_and_reloaded_from_its_secret() {
         .create(&PostParams::default(), &initial)
         .await
         .unwrap();
-    let handle = watch_keyring(client.clone(), &ns, "karpenter-sigkey")
+    let handle = watch_keyring(client.clone(), &ns, "karpenter-sigkey", None)
         .await
         .unwrap();
     assert_eq!(handle.current().active_key_id(), "k1");
@@ -115,4 +115,130 @@ async fn keyring_is_loaded_validated_and_reloaded_from_its_secret() {
     ));
     assert_eq!(handle.current().active_key_id(), "k2");
     assert_eq!(handle.generation(), 1);
+}
+
+#[tokio::test]
+async fn a_reload_that_would_orphan_live_instances_is_refused() {
+    use kakaocloud::ownership::compose_description;
+    use kakaocloud_sim::{SimConfig, Simulator};
+    use karpenter_kakaocloud::keyring::RetireGuard;
+
+    kakaocloud::install_crypto_provider();
+    let cp = controlplane::shared().await;
+    let client = cp.client().await;
+    let ns = cp.fresh_namespace("keyguard").await.unwrap();
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let cloud = kakaocloud::Client::new(sim.client_config(), sim.credentials()).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "karpenter-sigkey",
+                &keyring_json("k1", &[("k1", 1), ("k2", 2)]),
+            ),
+        )
+        .await
+        .unwrap();
+    let guard = RetireGuard {
+        cloud: cloud.clone(),
+        cluster: "demo-cluster".into(),
+    };
+    let handle = watch_keyring(client.clone(), &ns, "karpenter-sigkey", Some(guard))
+        .await
+        .unwrap();
+
+    // A live instance of this cluster, signed with k1.
+    let instance = cloud
+        .instances()
+        .create(&crate::kakaocloud_client::spec("kk-guarded-1"))
+        .await
+        .unwrap();
+    let tag = handle
+        .current()
+        .sign("demo-cluster", "claim-a", &instance.id)
+        .unwrap();
+    cloud
+        .instances()
+        .update_description(&instance.id, &compose_description("worker", &tag))
+        .await
+        .unwrap();
+
+    // Dropping k1 would orphan it: refused, k1 keeps verifying.
+    let replace = |json: String| {
+        let secrets = secrets.clone();
+        async move {
+            let mut s = secrets.get("karpenter-sigkey").await.unwrap();
+            s.data = secret("x", &json).data;
+            secrets
+                .replace("karpenter-sigkey", &PostParams::default(), &s)
+                .await
+                .unwrap();
+        }
+    };
+    replace(keyring_json("k2", &[("k2", 2)])).await;
+    controlplane::eventually("refused reload", Duration::from_secs(30), || {
+        let handle = handle.clone();
+        async move { Ok(handle.last_error().map(|_| ())) }
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            handle.last_error(),
+            Some(KeyringError::KeysInUse { ref ids, instances: 1 }) if ids == &["k1".to_owned()]
+        ),
+        "{:?}",
+        handle.last_error()
+    );
+    assert_eq!(handle.generation(), 0);
+    assert!(
+        handle
+            .current()
+            .verify(&tag, "demo-cluster", &instance.id)
+            .is_ok()
+    );
+    // Changing k1's bytes under the same ID is the same orphaning, and refused too.
+    replace(keyring_json("k1", &[("k1", 9), ("k2", 2)])).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    controlplane::eventually(
+        "two refusals, each with an Event",
+        Duration::from_secs(30),
+        || {
+            let events = events.clone();
+            async move {
+                let refused = events
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("KeyringReloadRefused"))
+                    .map(|e| {
+                        e.deprecated_count
+                            .unwrap_or(1)
+                            .max(e.series.map_or(1, |s| s.count))
+                    })
+                    .sum::<i32>();
+                Ok((refused >= 2).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(handle.generation(), 0, "the old ring still serves");
+
+    // Once no live instance uses k1, the same ring is accepted.
+    cloud
+        .instances()
+        .delete_owned(&instance.id, &handle.current(), "demo-cluster", "claim-a")
+        .await
+        .unwrap();
+    replace(keyring_json("k2", &[("k2", 2)])).await;
+    let mut changes = handle.subscribe();
+    tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|g| *g >= 1))
+        .await
+        .expect("accepted within 30 s")
+        .unwrap();
+    assert_eq!(handle.current().active_key_id(), "k2");
+    sim.shutdown().await;
 }
