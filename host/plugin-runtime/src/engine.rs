@@ -100,7 +100,9 @@ impl Runtime {
             scorer_linker,
             userdata_linker,
         });
-        spawn_ticker(Arc::downgrade(&runtime));
+        // Without the ticker no deadline ever fires: a looping plugin would hang its caller.
+        spawn_ticker(Arc::downgrade(&runtime))
+            .map_err(|e| PluginError::Engine(format!("cannot start the epoch ticker: {e}")))?;
         Ok(runtime)
     }
 
@@ -207,7 +209,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
 }
 
 /// Advances the epoch every tick while the runtime lives (a plain thread: calls are synchronous).
-fn spawn_ticker(runtime: Weak<Runtime>) {
+fn spawn_ticker(runtime: Weak<Runtime>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("plugin-epoch".into())
         .spawn(move || {
@@ -217,7 +219,7 @@ fn spawn_ticker(runtime: Weak<Runtime>) {
                 std::thread::sleep(EPOCH_TICK);
             }
         })
-        .ok();
+        .map(|_| ())
 }
 
 enum Pre {

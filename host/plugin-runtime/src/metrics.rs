@@ -26,6 +26,11 @@ pub struct PluginRejection {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginWorld {
+    pub world: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginActive {
     pub world: String,
     pub plugin: String,
@@ -45,6 +50,8 @@ pub struct PluginMetrics {
     pub rejections: Family<PluginRejection, Counter>,
     /// 1 for the plugin serving each world (absent: the native default serves).
     pub active: Family<PluginActive, Gauge>,
+    /// Calls a plugin failed after its self-test, answered by the native default instead.
+    pub fallbacks: Family<PluginWorld, Counter>,
     active_by_world: Mutex<HashMap<String, PluginActive>>,
 }
 
@@ -55,6 +62,7 @@ impl Default for PluginMetrics {
             duration: Family::new_with_constructor(plugin_histogram),
             rejections: Family::default(),
             active: Family::default(),
+            fallbacks: Family::default(),
             active_by_world: Mutex::default(),
         }
     }
@@ -77,6 +85,11 @@ impl PluginMetrics {
             "kakaocloud_plugin_rejections",
             "Plugins refused at load, by world and reason",
             self.rejections.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_fallbacks",
+            "Plugin calls that failed after the self-test and were answered by the native default",
+            self.fallbacks.clone(),
         );
         registry.register(
             "kakaocloud_plugin_active",

@@ -649,7 +649,7 @@ impl InstanceRanker for BrokenRanker {
 }
 
 #[test]
-fn ranker_failures_and_bad_answers_make_pods_unschedulable_with_the_reason() {
+fn ranker_failures_and_bad_answers_fall_back_to_the_native_ranking_and_say_why() {
     let cases = [
         (
             BrokenRanker(Err(RankError::Failed {
@@ -669,11 +669,27 @@ fn ranker_failures_and_bad_answers_make_pods_unschedulable_with_the_reason() {
             &[],
             &ranker,
         );
-        assert_eq!(scheduled(&r), 0);
+        assert_eq!(
+            scheduled(&r),
+            1,
+            "provisioning never stops because of a ranker"
+        );
+        let native = solve_with(
+            &[pod("web", 500, 512)],
+            &[pool("default")],
+            &[],
+            &[],
+            &CheapestFitRanker,
+        );
+        assert_eq!(
+            r.new_node_claims[0].instance_types, native.new_node_claims[0].instance_types,
+            "the native order"
+        );
+        assert_eq!(r.ranker_fallbacks.len(), 1);
         assert!(
-            r.unschedulable[0].reason.contains(expected),
-            "{}",
-            r.unschedulable[0].reason
+            r.ranker_fallbacks[0].contains(expected),
+            "{:?}",
+            r.ranker_fallbacks
         );
     }
 }

@@ -101,4 +101,6 @@ pub struct SchedulingResult {
     pub unschedulable: Vec<Unschedulable>,
     /// How many times the ranker was called (the rest were cache hits).
     pub ranker_calls: usize,
+    /// Calls whose ranker failed and were ranked natively instead, with why.
+    pub ranker_fallbacks: Vec<String>,
 }

@@ -17,7 +17,9 @@ use super::model::{
     Unschedulable,
 };
 use super::pod_class::{self, CompileOptions, PodClass};
-use super::ranker::{self, Candidate, Catalog, InstanceRanker, OfferingSet, RankRequest};
+use super::ranker::{
+    self, Candidate, Catalog, CheapestFitRanker, InstanceRanker, OfferingSet, RankRequest,
+};
 use super::requirements::{self, Requirement, Requirements};
 use super::resources::{self, Dim, Resources};
 use super::symbols::{Sym, Symbols};
@@ -164,6 +166,8 @@ struct Solver<'a> {
     rank_cache: HashMap<RankKey, Result<Rc<[u16]>, Fail>>,
     rank_errors: Vec<String>,
     ranker_calls: usize,
+    /// Why the ranker failed, for each call that fell back to the native ranking.
+    ranker_fallbacks: Vec<String>,
     scratch: Vec<u16>,
     scratch_syms: Vec<Sym>,
 }
@@ -275,6 +279,7 @@ impl<'a> Solver<'a> {
             rank_cache: HashMap::new(),
             rank_errors: Vec::new(),
             ranker_calls: 0,
+            ranker_fallbacks: Vec::new(),
             scratch: Vec::new(),
             scratch_syms: Vec::new(),
         };
@@ -791,10 +796,18 @@ impl<'a> Solver<'a> {
         let order = self.ranker.rank(&request).and_then(|order| {
             ranker::validate(self.ranker.name(), &order, candidates.len()).map(|()| order)
         });
+        // A ranker that fails (a plugin trapping, timing out or answering nonsense) never stops
+        // provisioning: this call falls back to the native ranking, and the result says so.
+        let order = order.or_else(|e| {
+            warn!(node_pool = %pool_name, ranker = self.ranker.name(), error = %e,
+                "instance ranking failed; ranking natively for this call");
+            self.ranker_fallbacks
+                .push(format!("nodepool {pool_name}: {e}"));
+            CheapestFitRanker.rank(&request)
+        });
         match order {
             Ok(order) => Ok(order.into_iter().map(|i| ids[i]).collect()),
             Err(e) => {
-                warn!(node_pool = %pool_name, error = %e, "instance ranking failed");
                 self.rank_errors.push(e.to_string());
                 Err(Fail::Ranker(self.rank_errors.len() - 1))
             }
@@ -1184,6 +1197,7 @@ impl<'a> Solver<'a> {
     fn finish(self) -> SchedulingResult {
         let mut result = SchedulingResult {
             ranker_calls: self.ranker_calls,
+            ranker_fallbacks: self.ranker_fallbacks.clone(),
             unschedulable: self.unschedulable.clone(),
             ..Default::default()
         };
