@@ -307,10 +307,16 @@ impl Disrupter {
             })
             .inc();
         let deadline = tokio::time::Instant::now() + self.options.replacement_timeout;
+        // Polls the shared state (no API call): the claim appears once the watch delivers it.
+        let mut seen = false;
         loop {
-            match claims.get_opt(&name).await? {
-                None => anyhow::bail!("replacement {name} was deleted before it initialized"),
+            match self.state.nodeclaim(&name) {
+                None if seen => {
+                    anyhow::bail!("replacement {name} was deleted before it initialized")
+                }
+                None => {}
                 Some(c) => {
+                    seen = true;
                     let ready = c.status.as_ref().is_some_and(|s| {
                         s.conditions
                             .iter()

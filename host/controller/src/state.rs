@@ -1,5 +1,6 @@
 //! The one shared view of the cluster (Karpenter core's `state.Cluster`): reflector stores of
-//! Pods, Nodes, NodePools, NodeClaims, DaemonSets, KCNodeClasses and PodDisruptionBudgets, the
+//! Pods, Nodes, NodePools, NodeClaims, DaemonSets, KCNodeClasses, PodDisruptionBudgets and
+//! VolumeAttachments, the
 //! per-node join of a Node with its NodeClaim and pods, provisioning's nominations, and the nodes
 //! disruption marked for deletion.
 //!
@@ -20,6 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -89,6 +91,8 @@ pub struct ClusterState {
     pub daemonsets: Store<DaemonSet>,
     pub nodeclasses: Store<KCNodeClass>,
     pub pdbs: Store<PodDisruptionBudget>,
+    /// Termination waits for a drained node's volumes to detach.
+    pub volume_attachments: Store<VolumeAttachment>,
     nominations: Arc<Mutex<Nominations>>,
     marked: Arc<Mutex<HashSet<String>>>,
     tasks: Arc<Vec<JoinHandle<()>>>,
@@ -210,9 +214,11 @@ impl ClusterState {
         );
         let (pdbs, t7) = plain(
             Api::<PodDisruptionBudget>::all(client.clone()),
-            changes,
+            changes.clone(),
             other,
         );
+        let (volume_attachments, t8) =
+            plain(Api::<VolumeAttachment>::all(client.clone()), changes, other);
         let state = ClusterState {
             pods,
             nodes,
@@ -221,9 +227,10 @@ impl ClusterState {
             daemonsets,
             nodeclasses,
             pdbs,
+            volume_attachments,
             nominations: Arc::default(),
             marked: Arc::default(),
-            tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6, t7]),
+            tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6, t7, t8]),
         };
         let next = |feeds: &mut Vec<ReflectHandle<NodeClaim>>| feeds.pop();
         let subscriptions = match (
@@ -276,6 +283,10 @@ impl ClusterState {
                 .wait_until_ready()
                 .await
                 .map_err(|_| "poddisruptionbudgets")?;
+            self.volume_attachments
+                .wait_until_ready()
+                .await
+                .map_err(|_| "volumeattachments")?;
             Ok(())
         };
         tokio::time::timeout(timeout, all)
@@ -474,6 +485,7 @@ mod tests {
                 daemonsets: filled(Vec::new()),
                 nodeclasses: filled(Vec::new()),
                 pdbs: filled(Vec::new()),
+                volume_attachments: filled(Vec::new()),
                 nominations: Arc::default(),
                 marked: Arc::default(),
                 tasks: Arc::new(Vec::new()),

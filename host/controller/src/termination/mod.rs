@@ -19,8 +19,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -300,12 +299,11 @@ impl Terminator {
         }
         let expired = deadline.is_some_and(|d| Timestamp::now() >= d);
         if !expired {
-            let attachments: Api<VolumeAttachment> = Api::all(self.client.clone());
-            let attached = attachments
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
+            let attached = self
+                .state
+                .volume_attachments
+                .state()
+                .iter()
                 .filter(|a| a.spec.node_name == name)
                 .count();
             if attached > 0 {
