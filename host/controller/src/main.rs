@@ -35,10 +35,10 @@ fn init_logging(level: &str, format: LogFormat) {
 
 /// Becomes true on SIGTERM (the kubelet stopping the pod) or SIGINT. Listening starts at once
 /// and lasts the whole process, so a signal during startup or a leadership change is not lost.
-fn shutdown_watch() -> tokio::sync::watch::Receiver<bool> {
+fn shutdown_watch() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+        .context("installing the SIGTERM handler")?;
     tokio::spawn(async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
@@ -46,7 +46,7 @@ fn shutdown_watch() -> tokio::sync::watch::Receiver<bool> {
         }
         let _ = tx.send(true);
     });
-    rx
+    Ok(rx)
 }
 
 async fn shutdown_requested(stop: &mut tokio::sync::watch::Receiver<bool>) {
@@ -121,7 +121,7 @@ async fn start_plugins(
 }
 
 async fn run(startup: Startup) -> anyhow::Result<i32> {
-    let mut stop = shutdown_watch();
+    let mut stop = shutdown_watch()?;
     kakaocloud::install_crypto_provider();
     let Startup {
         settings,

@@ -145,7 +145,10 @@ fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, ConfigError
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| invalid(name, format!("{raw:?} is too long"))),
         _ => Err(invalid(name, format!("{raw:?} is not a duration like 15s"))),
     }
 }
@@ -251,6 +254,13 @@ impl Startup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_durations_are_errors_not_panics() {
+        assert!(parse_duration("X", "18446744073709551615m").is_err());
+        assert!(parse_duration("X", "99999999999999999999999s").is_err());
+        assert_eq!(parse_duration("X", "2m").unwrap(), Duration::from_secs(120));
+    }
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         let mut m: BTreeMap<String, String> = [

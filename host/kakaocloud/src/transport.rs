@@ -333,11 +333,9 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Ok(secs) = raw.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    if let Ok(secs) = raw.parse::<f64>()
-        && secs.is_finite()
-        && secs >= 0.0
-    {
-        return Some(Duration::from_secs_f64(secs));
+    if let Ok(secs) = raw.parse::<f64>() {
+        // NaN, negative or beyond what a Duration holds: no usable hint (never a panic).
+        return Duration::try_from_secs_f64(secs).ok();
     }
     // HTTP-date form.
     let when = jiff::fmt::rfc2822::parse(raw).ok()?.timestamp();
@@ -430,6 +428,25 @@ mod tests {
             classify(StatusCode::BAD_GATEWAY, &h, b"<html>", "x"),
             Error::Server { status: 502, .. }
         ));
+    }
+
+    #[test]
+    fn hostile_retry_after_values_never_panic_and_are_capped() {
+        let policy = RetryPolicy::default();
+        for raw in [
+            "1e300",
+            "-5",
+            "NaN",
+            "inf",
+            "18446744073709551615",
+            "garbage",
+            "Wed, 21 Oct 2015 07:28:00 GMT",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, raw.parse().unwrap());
+            let err = classify(StatusCode::TOO_MANY_REQUESTS, &h, b"", "x");
+            assert!(backoff(&policy, 1, &err) <= policy.max_delay, "{raw}");
+        }
     }
 
     #[test]
