@@ -18,6 +18,8 @@ pub struct Bounds {
     pub log_line_chars: usize,
     /// Largest rendered userdata accepted (KakaoCloud takes 16 KB of base64, 12 KiB raw).
     pub userdata_bytes: usize,
+    /// Elements a table may grow to (a function table; growth beyond traps).
+    pub table_elements: usize,
 }
 
 impl Default for Bounds {
@@ -28,6 +30,7 @@ impl Default for Bounds {
             log_lines: 100,
             log_line_chars: 1000,
             userdata_bytes: 12 * 1024,
+            table_elements: 10_000,
         }
     }
 }
@@ -53,6 +56,7 @@ impl PluginState {
             config: config.to_owned(),
             limits: StoreLimitsBuilder::new()
                 .memory_size(bounds.memory_bytes)
+                .table_elements(bounds.table_elements)
                 .instances(4)
                 .tables(8)
                 .memories(2)
