@@ -120,12 +120,13 @@ impl Runtime {
     /// Returns the component and whether it came from the cache.
     pub fn compile(&self, wasm: &[u8], digest: &str) -> Result<(Component, bool), PluginError> {
         if let Some(path) = self.artifact_path(digest)
-            && path.exists()
+            && let Some(artifact) = read_verified(&path)
         {
-            // SAFETY: the file was written by `Component::serialize` of this engine configuration
-            // (the name carries the compatibility hash) into our own cache directory.
+            // SAFETY: the bytes were written by `Component::serialize` of this engine
+            // configuration (the name carries the compatibility hash) and their sha256, stored
+            // with them, still matches: a truncated or altered entry never reaches here.
             #[allow(unsafe_code)]
-            let cached = unsafe { Component::deserialize_file(&self.engine, &path) };
+            let cached = unsafe { Component::deserialize(&self.engine, &artifact) };
             match cached {
                 Ok(c) => return Ok((c, true)),
                 Err(e) => {
@@ -197,14 +198,55 @@ impl Runtime {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) {
+/// Compiled artifacts kept in the cache directory; older ones are removed.
+const CACHE_ENTRIES: usize = 16;
+
+/// A cache entry is the artifact's sha256 followed by the artifact.
+fn read_verified(path: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(path).ok()?;
+    let (sum, artifact) = bytes.split_at_checked(32)?;
+    if Sha256::digest(artifact).as_slice() == sum {
+        return Some(artifact.to_vec());
+    }
+    tracing::warn!(path = %path.display(), "plugin cache entry fails its checksum; recompiling");
+    let _ = std::fs::remove_file(path);
+    None
+}
+
+fn write_atomically(path: &Path, artifact: &[u8]) {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    if std::fs::write(&tmp, bytes)
+    let mut bytes = Sha256::digest(artifact).to_vec();
+    bytes.extend_from_slice(artifact);
+    if std::fs::write(&tmp, &bytes)
         .and_then(|_| std::fs::rename(&tmp, path))
         .is_err()
     {
         let _ = std::fs::remove_file(&tmp);
         tracing::warn!(path = %path.display(), "could not write plugin cache entry");
+        return;
+    }
+    if let Some(dir) = path.parent() {
+        prune(dir, CACHE_ENTRIES);
+    }
+}
+
+/// Keeps the `keep` most recently written artifacts of `dir`.
+fn prune(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    if artifacts.len() <= keep {
+        return;
+    }
+    artifacts.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+    for (_, old) in artifacts.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(old);
     }
 }
 
@@ -448,4 +490,39 @@ impl Loaded {
 /// Hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_cache_keeps_the_newest_entries_and_refuses_altered_ones() {
+        let dir = std::env::temp_dir().join(format!("kk-cache-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = std::time::SystemTime::now() - Duration::from_secs(100);
+        for i in 0..5u64 {
+            let path = dir.join(format!("{i}.cwasm"));
+            write_atomically(&path, format!("artifact {i}").as_bytes());
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(base + Duration::from_secs(i)).unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), "not an artifact").unwrap();
+        prune(&dir, 2);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["3.cwasm", "4.cwasm", "notes.txt"]);
+        assert_eq!(read_verified(&dir.join("4.cwasm")).unwrap(), b"artifact 4");
+        let mut altered = std::fs::read(dir.join("3.cwasm")).unwrap();
+        altered[40] ^= 1;
+        std::fs::write(dir.join("3.cwasm"), altered).unwrap();
+        assert!(read_verified(&dir.join("3.cwasm")).is_none());
+        assert!(!dir.join("3.cwasm").exists(), "an altered entry is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -497,6 +497,40 @@ fn compiled_components_are_cached_so_a_restart_does_not_recompile() {
         rank_names(&ranker, &catalog(), small()).unwrap()[0],
         "c2a.large"
     );
+
+    // A corrupted entry is never deserialized: it fails its checksum and is recompiled.
+    let entry = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("one cache entry");
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+    let third = Registry::new(
+        Runtime::new(Bounds::default(), Some(dir.clone())).unwrap(),
+        None,
+    );
+    third
+        .apply(&source(
+            "instance-selector",
+            "instance-selector",
+            Kind::Selector,
+            "{}",
+        ))
+        .unwrap();
+    assert_eq!(third.compiled(), 1, "the corrupted entry was recompiled");
+    let ranker = PluginRanker { registry: third };
+    assert_eq!(
+        rank_names(&ranker, &catalog(), small()).unwrap()[0],
+        "c2a.large"
+    );
+    assert_ne!(
+        std::fs::read(&entry).unwrap(),
+        bytes,
+        "the entry was rewritten"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
