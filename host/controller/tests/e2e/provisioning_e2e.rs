@@ -290,8 +290,12 @@ async fn zone_topology_spread_uses_three_zones_and_gpu_pods_alone_get_gpu_flavor
     // and the guide's 40 CPUs would stop the fourth node.
     env.kubectl_apply(&nodepool("open", json!({}), Some(serde_json::Value::Null)));
     let ns = env.cp.fresh_namespace("spread").await.unwrap();
+    // minDomains: kube-scheduler only counts zones that have nodes, so without it a late replica
+    // (the ReplicaSet creates pods in slow-start batches) may bind to a node in a zone that
+    // already has one. With minDomains 3 it stays pending until the third zone exists.
     let spread = json!({"topologySpreadConstraints": [{
-        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "maxSkew": 1, "minDomains": 3, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "spread"}},
     }]});
     env.apply_in(&ns, &deployment("spread", 3, "open", small(), spread));
