@@ -4,11 +4,13 @@
 //! - [`crd`]: the custom resources (`KCNodeClass`, `karpenter.sh/v1` `NodePool`/`NodeClaim`)
 //!   and their generated CRDs;
 //! - [`names`]: every label, annotation, taint, finalizer and condition type, defined once;
-//! - [`provider_id`], [`hash`] (the drift hashes), [`pod`] (pod predicates).
+//! - [`provider_id`], [`hash`] (the drift hashes), [`pod`] (pod predicates);
+//! - [`plugin_signing`]: what a plugin signature covers (the tool signs it, the runtime checks it).
 
 pub mod crd;
 pub mod hash;
 pub mod names;
+pub mod plugin_signing;
 pub mod pod;
 pub mod provider_id;
 

@@ -70,6 +70,8 @@ pub mod annotation {
     pub const SECURITY_GROUPS: &str = "karpenter.kakaocloud.com/security-group-ids";
     /// sha256 of a plugin ConfigMap's component.
     pub const PLUGIN_SHA256: &str = "karpenter.kakaocloud.com/plugin-sha256";
+    /// `<keyID>:<base64 ed25519 signature>` of a plugin ConfigMap (see [`crate::plugin_signing`]).
+    pub const PLUGIN_SIGNATURE: &str = "karpenter.kakaocloud.com/plugin-signature";
     /// Marks a static (mirror) pod.
     pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
     /// The ReplicaSet controller's preference for which pod to remove first.

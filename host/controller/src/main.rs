@@ -87,6 +87,7 @@ async fn start_plugins(
     kube: &kube::Client,
     namespace: &str,
     cache_dir: Option<std::path::PathBuf>,
+    trust_secret: Option<String>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<plugins::Registry>> {
     let runtime = match plugins::Runtime::new(plugins::Bounds::default(), cache_dir.clone()) {
@@ -103,7 +104,14 @@ async fn start_plugins(
         kube.clone(),
         namespace.to_owned(),
         registry.clone(),
+        trust_secret,
         synced,
+    ));
+    tokio::spawn(plugins::watcher::report_fallbacks(
+        kube.clone(),
+        namespace.to_owned(),
+        registry.clone(),
+        std::time::Duration::from_secs(60),
     ));
     // Start on the configured plugins, not on the defaults they replace; a watch that cannot
     // list (RBAC, API trouble) only delays that, it does not stop the controller.
@@ -131,6 +139,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         leader: leader_config,
         health_port,
         plugin_cache_dir,
+        plugin_trust_secret,
         ..
     } = startup;
     tracing::info!(
@@ -204,6 +213,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         &kube,
         &settings.system_namespace,
         plugin_cache_dir,
+        plugin_trust_secret,
         &metrics,
     )
     .await?;

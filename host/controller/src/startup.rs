@@ -46,6 +46,7 @@ pub const VARIABLES: &[&str] = &[
     "LOG_LEVEL",
     "LOG_FORMAT",
     "PLUGIN_CACHE_DIR",
+    "PLUGIN_TRUST_SECRET",
     // Read by Settings::from_map.
     "CLUSTER_NAME",
     "CLUSTER_ENDPOINT",
@@ -89,6 +90,8 @@ pub struct Startup {
     pub log_format: LogFormat,
     /// Where compiled plugins are cached; `None` compiles on every start.
     pub plugin_cache_dir: Option<std::path::PathBuf>,
+    /// Secret (system namespace) of the plugin trust root; `None`: signatures not checked.
+    pub plugin_trust_secret: Option<String>,
 }
 
 fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
@@ -247,6 +250,7 @@ impl Startup {
             log_level: get("LOG_LEVEL").unwrap_or_else(|| "info".into()),
             log_format,
             plugin_cache_dir: get("PLUGIN_CACHE_DIR").map(Into::into),
+            plugin_trust_secret: get("PLUGIN_TRUST_SECRET").filter(|s| !s.trim().is_empty()),
         })
     }
 }

@@ -50,6 +50,57 @@ pub enum UserdataError {
     Invalid { renderer: String, message: String },
 }
 
+/// Largest userdata sent to KakaoCloud, before base64: the official Terraform provider's
+/// instance docs allow "up to 16KB" of base64, which holds 12 KiB of text.
+pub const USERDATA_MAX_BYTES: usize = 12 * 1024;
+
+/// The first lines cloud-init acts on (its user-data formats); anything else would boot a node
+/// that never joins.
+const USERDATA_HEADERS: [&str; 5] = [
+    "#cloud-config",
+    "#!",
+    "#cloud-boothook",
+    "#include",
+    "Content-Type: multipart/",
+];
+
+/// Why rendered userdata is refused before it reaches an instance.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidUserdata {
+    #[error("userdata is empty")]
+    Empty,
+    #[error("userdata has {len} bytes, the limit is {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("userdata contains a NUL byte")]
+    Nul,
+    #[error(
+        "userdata starts with {start:?}, not a cloud-init format (#cloud-config, #!, #cloud-boothook, #include, MIME multipart)"
+    )]
+    UnknownFormat { start: String },
+}
+
+/// Checks rendered userdata: non-empty, at most `max` bytes, no NUL, a cloud-init format.
+pub fn validate(text: &str, max: usize) -> Result<(), InvalidUserdata> {
+    if text.trim().is_empty() {
+        return Err(InvalidUserdata::Empty);
+    }
+    if text.len() > max {
+        return Err(InvalidUserdata::TooLarge {
+            len: text.len(),
+            max,
+        });
+    }
+    if text.contains('\0') {
+        return Err(InvalidUserdata::Nul);
+    }
+    if !USERDATA_HEADERS.iter().any(|h| text.starts_with(h)) {
+        return Err(InvalidUserdata::UnknownFormat {
+            start: text.chars().take(20).collect(),
+        });
+    }
+    Ok(())
+}
+
 /// Renders a node's cloud-init. Implementations must be pure functions of the input.
 pub trait UserdataRenderer: Send + Sync {
     fn name(&self) -> &str;
@@ -291,6 +342,32 @@ fn parse_taint(raw: &str) -> Option<Taint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn userdata_is_validated_for_size_nul_and_format() {
+        let ok = "#cloud-config\nruncmd: []\n";
+        assert_eq!(validate(ok, 100), Ok(()));
+        assert_eq!(validate("#!/bin/sh\necho hi\n", 100), Ok(()));
+        assert_eq!(validate("  \n", 100), Err(InvalidUserdata::Empty));
+        assert_eq!(
+            validate(ok, 10),
+            Err(InvalidUserdata::TooLarge {
+                len: ok.len(),
+                max: 10
+            })
+        );
+        assert_eq!(validate("#!/bin/sh\0", 100), Err(InvalidUserdata::Nul));
+        assert!(matches!(
+            validate("echo pwned", 100),
+            Err(InvalidUserdata::UnknownFormat { .. })
+        ));
+    }
+
+    #[test]
+    fn the_native_renderer_output_is_valid_userdata() {
+        let text = KubeadmRenderer.render(&input()).unwrap();
+        assert_eq!(validate(&text, USERDATA_MAX_BYTES), Ok(()));
+    }
 
     fn input() -> UserdataInput {
         UserdataInput {

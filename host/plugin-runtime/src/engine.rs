@@ -4,7 +4,8 @@
 //! fresh instance per call, and an instance that trapped or timed out is never called again.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Weak};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
@@ -13,7 +14,7 @@ use wasmtime::{Config, Engine, Store};
 
 use super::bindings::{scorer, selector, types, userdata};
 use super::convert::SelectorCatalog;
-use super::limits::{Bounds, EPOCH_TICK, PluginState};
+use super::limits::{self, Bounds, EPOCH_TICK, PluginState};
 use super::{Kind, PluginError};
 
 /// The shared engine: component model, epoch interruption, Cranelift at speed.
@@ -24,6 +25,8 @@ pub struct Runtime {
     selector_linker: Linker<PluginState>,
     scorer_linker: Linker<PluginState>,
     userdata_linker: Linker<PluginState>,
+    /// Compiles that overran their deadline and still run (their threads cannot be stopped).
+    overrunning_compiles: Arc<AtomicUsize>,
 }
 
 /// How instances get their memories and tables.
@@ -99,6 +102,7 @@ impl Runtime {
             selector_linker,
             scorer_linker,
             userdata_linker,
+            overrunning_compiles: Arc::default(),
         });
         // Without the ticker no deadline ever fires: a looping plugin would hang its caller.
         spawn_ticker(Arc::downgrade(&runtime))
@@ -134,8 +138,7 @@ impl Runtime {
                 }
             }
         }
-        let component = Component::new(&self.engine, wasm)
-            .map_err(|e| PluginError::Compile(format!("{e:#}")))?;
+        let component = self.compile_bounded(wasm)?;
         if let Some(path) = self.artifact_path(digest) {
             match component.serialize() {
                 Ok(bytes) => write_atomically(&path, &bytes),
@@ -143,6 +146,54 @@ impl Runtime {
             }
         }
         Ok((component, false))
+    }
+
+    /// Compiles on a thread of its own under the compile deadline, after [`limits::inspect`]
+    /// bounded what the compiler sees. A compile past the deadline is refused; its thread cannot
+    /// be stopped and finishes on its own, so while one still runs no other compile starts.
+    fn compile_bounded(&self, wasm: &[u8]) -> Result<Component, PluginError> {
+        limits::inspect(wasm)?;
+        if self.overrunning_compiles.load(Ordering::Acquire) > 0 {
+            return Err(PluginError::Compile(
+                "a compile that overran its deadline is still running; try again later".into(),
+            ));
+        }
+        let slot = Arc::new((
+            std::sync::Mutex::new(CompileSlot::default()),
+            Condvar::new(),
+        ));
+        let (engine, wasm, theirs) = (self.engine.clone(), wasm.to_vec(), slot.clone());
+        let overrunning = self.overrunning_compiles.clone();
+        std::thread::Builder::new()
+            .name("plugin-compile".into())
+            .spawn(move || {
+                let result = Component::new(&engine, &wasm);
+                let (lock, done) = &*theirs;
+                let mut slot = lock.lock().unwrap_or_else(|p| p.into_inner());
+                if slot.abandoned {
+                    overrunning.fetch_sub(1, Ordering::AcqRel);
+                } else {
+                    slot.result = Some(result);
+                    done.notify_one();
+                }
+            })
+            .map_err(|e| PluginError::Engine(format!("cannot start a compile thread: {e}")))?;
+        let deadline = self.bounds.compile_deadline;
+        let (lock, done) = &*slot;
+        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut guard, _) = done
+            .wait_timeout_while(guard, deadline, |s| s.result.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        match guard.result.take() {
+            Some(result) => result.map_err(|e| PluginError::Compile(format!("{e:#}"))),
+            None => {
+                guard.abandoned = true;
+                self.overrunning_compiles.fetch_add(1, Ordering::AcqRel);
+                Err(PluginError::Compile(format!(
+                    "compiling took longer than {deadline:?}; refused"
+                )))
+            }
+        }
     }
 
     /// Links `component` against `kind`'s world; fails when it is another world or imports
@@ -196,6 +247,13 @@ impl Runtime {
             idle_selectors: Default::default(),
         })
     }
+}
+
+/// What a compile thread hands back, unless its caller gave up waiting.
+#[derive(Default)]
+struct CompileSlot {
+    result: Option<wasmtime::Result<Component>>,
+    abandoned: bool,
 }
 
 /// Compiled artifacts kept in the cache directory; older ones are removed.
@@ -306,6 +364,11 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
+    /// The bounds every call of this plugin runs under.
+    pub fn bounds(&self) -> &Bounds {
+        &self.runtime.bounds
+    }
+
     fn store(&self) -> Store<PluginState> {
         let bounds = &self.runtime.bounds;
         let mut store = Store::new(

@@ -6,7 +6,9 @@
 //! * [`limits`]: per-call memory cap, epoch deadline, log cap.
 //! * [`engine`]: the engine, compile cache, and calling a loaded plugin.
 //! * [`convert`]: host types to WIT records.
-//! * [`registry`]: the active plugin per role, and the adapters the controllers call.
+//! * [`registry`]: the active plugin per role, and the adapters the controllers call (a call
+//!   that fails is answered by the native default, counted and reported).
+//! * [`trust`]: optional ed25519 signatures a plugin must carry to load.
 //! * [`metrics`]: calls, durations, rejections, the active plugin per world.
 //! * [`watcher`]: ConfigMaps in, registry updates and Events out.
 
@@ -16,13 +18,15 @@ pub mod engine;
 pub mod limits;
 pub mod metrics;
 pub mod registry;
+pub mod trust;
 pub mod watcher;
 
 use std::time::Duration;
 
 pub use engine::{Allocator, Loaded, Runtime};
 pub use limits::Bounds;
-pub use registry::{PluginRanker, PluginRenderer, PluginScorer, Registry, Source};
+pub use registry::{Fallback, PluginRanker, PluginRenderer, PluginScorer, Registry, Source};
+pub use trust::TrustRoot;
 
 /// The ConfigMap binaryData key of the component (gzip or plain).
 pub const WASM_KEY: &str = "plugin.wasm";
@@ -75,6 +79,8 @@ pub enum PluginError {
     Invalid(String),
     #[error("not a valid component: {0}")]
     Compile(String),
+    #[error("plugin {plugin} is not trusted: {why}")]
+    Unsigned { plugin: String, why: String },
     #[error("plugin {plugin} does not implement the {expected} world: {detail}")]
     WrongWorld {
         plugin: String,
@@ -105,6 +111,7 @@ impl PluginError {
             PluginError::DigestMismatch { .. } => "digest",
             PluginError::Invalid(_) => "invalid",
             PluginError::Compile(_) => "compile",
+            PluginError::Unsigned { .. } => "signature",
             PluginError::WrongWorld { .. } => "world",
             PluginError::Trap { .. } => "trap",
             PluginError::Timeout { .. } => "timeout",

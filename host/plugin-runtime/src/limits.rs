@@ -18,6 +18,8 @@ pub struct Bounds {
     pub log_line_chars: usize,
     /// Largest rendered userdata accepted (KakaoCloud takes 16 KB of base64, 12 KiB raw).
     pub userdata_bytes: usize,
+    /// Wall time compiling one component may take; a slower compile is refused.
+    pub compile_deadline: Duration,
     /// Elements a table may grow to (a function table; growth beyond traps).
     pub table_elements: usize,
 }
@@ -29,7 +31,8 @@ impl Default for Bounds {
             deadline: Duration::from_millis(200),
             log_lines: 100,
             log_line_chars: 1000,
-            userdata_bytes: 12 * 1024,
+            userdata_bytes: kk_engine::userdata::USERDATA_MAX_BYTES,
+            compile_deadline: Duration::from_secs(30),
             table_elements: 10_000,
         }
     }
@@ -97,4 +100,51 @@ impl PluginState {
     pub fn dropped(&self) -> usize {
         self.dropped
     }
+}
+
+/// Core modules a component may carry (ours have one; adapters add a few).
+pub const MAX_CORE_MODULES: usize = 16;
+/// Functions across all core modules.
+pub const MAX_FUNCTIONS: u64 = 100_000;
+/// Bytes of one function body. The compiler's time and memory grow with the largest function
+/// (register allocation is superlinear in it), so a huge body is a compile bomb; the largest
+/// in our plugins is a few KiB.
+pub const MAX_FUNCTION_BODY_BYTES: usize = 1 << 20;
+
+/// Checks a component's shape before it is compiled, so the compiler only ever sees bounded
+/// input: a parse error, too many modules or functions, or an oversized function body is a
+/// [`PluginError::Compile`] naming the bound.
+pub fn inspect(wasm: &[u8]) -> Result<(), crate::PluginError> {
+    use wasmparser::{Parser, Payload};
+    let refuse = |why: String| crate::PluginError::Compile(why);
+    let (mut modules, mut functions) = (0usize, 0u64);
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(|e| refuse(e.to_string()))? {
+            Payload::Version {
+                encoding: wasmparser::Encoding::Module,
+                ..
+            } => {
+                modules += 1;
+                if modules > MAX_CORE_MODULES {
+                    return Err(refuse(format!("more than {MAX_CORE_MODULES} core modules")));
+                }
+            }
+            Payload::CodeSectionStart { count, .. } => {
+                functions += u64::from(count);
+                if functions > MAX_FUNCTIONS {
+                    return Err(refuse(format!("more than {MAX_FUNCTIONS} functions")));
+                }
+            }
+            Payload::CodeSectionEntry(body) => {
+                let len = body.range().len();
+                if len > MAX_FUNCTION_BODY_BYTES {
+                    return Err(refuse(format!(
+                        "a function body of {len} bytes (limit {MAX_FUNCTION_BODY_BYTES})"
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

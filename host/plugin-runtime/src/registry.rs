@@ -1,7 +1,14 @@
 //! The active plugin per role, swapped atomically, and the adapters the controllers call through
 //! the host's seams ([`InstanceRanker`], [`ConsolidationScorer`], [`UserdataRenderer`]). With no
 //! plugin loaded for a role, its native default answers.
+//!
+//! A plugin passed its self-test, but any later call may still fail (trap, deadline, invalid
+//! output): that call is answered by the native default, counted in
+//! `karpenter_kakaocloud_plugin_fallbacks`, and kept as a pending [`Fallback`] that the
+//! watcher reports as an Event on the plugin's ConfigMap. Provisioning never stops because of
+//! a plugin.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,7 +17,8 @@ use std::time::Instant;
 use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
-use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection};
+use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection, PluginWorld};
+use crate::trust::TrustRoot;
 use kk_apis::names::label;
 use kk_engine::disruption::Reason;
 use kk_engine::disruption::scorer::{
@@ -21,7 +29,9 @@ use kk_engine::scheduling::instance_types::{InstanceType, Offering};
 use kk_engine::scheduling::ranker::{
     self, Candidate, Catalog, CheapestFitRanker, InstanceRanker, RankError, RankRequest,
 };
-use kk_engine::userdata::{KubeadmRenderer, UserdataError, UserdataInput, UserdataRenderer};
+use kk_engine::userdata::{
+    self as native_userdata, KubeadmRenderer, UserdataError, UserdataInput, UserdataRenderer,
+};
 
 /// Largest component accepted, after decompression.
 pub const MAX_COMPONENT_BYTES: u64 = 32 << 20;
@@ -36,6 +46,8 @@ pub struct Source {
     /// Hex sha256 of the uncompressed component.
     pub digest: String,
     pub config: String,
+    /// The `karpenter.kakaocloud.com/plugin-signature` annotation, if any.
+    pub signature: Option<String>,
 }
 
 impl Source {
@@ -48,8 +60,30 @@ impl Source {
             digest: sha256_hex(&wasm),
             wasm,
             config: config.into(),
+            signature: None,
         }
     }
+}
+
+/// Whether plugins must be signed, and by whom.
+#[derive(Debug, Clone, Default)]
+pub enum Trust {
+    /// No trust root configured: signatures are not checked.
+    #[default]
+    Off,
+    /// Plugins load only when signed by one of these keys.
+    Required(TrustRoot),
+    /// A trust root is configured but cannot be read: every plugin is refused (fail closed).
+    Unreadable(String),
+}
+
+/// Failed calls of one plugin answered by the native default since the last report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fallback {
+    pub kind: Kind,
+    pub plugin: String,
+    pub calls: u64,
+    pub last_error: String,
 }
 
 /// The component bytes, gunzipped when they are gzip (bounded, so a zip bomb is refused).
@@ -79,6 +113,9 @@ pub struct Registry {
     /// The last catalog converted for selectors: solves reuse one catalog for many calls, and
     /// rounds rebuild equal ones, so it is converted once per fingerprint.
     selector_catalog: Mutex<Option<Arc<SelectorCatalog>>>,
+    trust: RwLock<Trust>,
+    /// Fallbacks not yet reported, per (world, plugin).
+    fallbacks: Mutex<BTreeMap<(&'static str, String), Fallback>>,
 }
 
 fn slot(kind: Kind) -> usize {
@@ -97,7 +134,47 @@ impl Registry {
             metrics,
             compiled: AtomicUsize::new(0),
             selector_catalog: Mutex::new(None),
+            trust: RwLock::new(Trust::Off),
+            fallbacks: Mutex::default(),
         })
+    }
+
+    /// The trust root later loads are checked against (already active plugins keep serving).
+    pub fn set_trust(&self, trust: Trust) {
+        *self.trust.write().unwrap_or_else(|p| p.into_inner()) = trust;
+    }
+
+    /// A call of `plugin` failed and the native default answered: counted now, reported later.
+    pub fn fell_back(&self, kind: Kind, plugin: &str, error: &str) {
+        if let Some(m) = &self.metrics {
+            m.fallbacks
+                .get_or_create(&PluginWorld {
+                    world: kind.world().into(),
+                })
+                .inc();
+        }
+        let mut pending = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = pending
+            .entry((kind.world(), plugin.to_owned()))
+            .or_insert_with(|| {
+                // Once per report period per plugin: a failing selector is called per node.
+                tracing::warn!(plugin, world = %kind, error, "plugin call failed; the native default answered");
+                Fallback {
+                    kind,
+                    plugin: plugin.to_owned(),
+                    calls: 0,
+                    last_error: String::new(),
+                }
+            });
+        entry.calls += 1;
+        entry.last_error = error.chars().take(500).collect();
+    }
+
+    /// The fallbacks since the last call, oldest world first.
+    pub fn take_fallbacks(&self) -> Vec<Fallback> {
+        std::mem::take(&mut *self.fallbacks.lock().unwrap_or_else(|p| p.into_inner()))
+            .into_values()
+            .collect()
     }
 
     /// `catalog` as selectors take it, converted once per fingerprint.
@@ -170,6 +247,16 @@ impl Registry {
                 expected: source.digest.trim().to_owned(),
                 actual,
             });
+        }
+        match &*self.trust.read().unwrap_or_else(|p| p.into_inner()) {
+            Trust::Off => {}
+            Trust::Required(root) => root.verify(source)?,
+            Trust::Unreadable(why) => {
+                return Err(PluginError::Unsigned {
+                    plugin: source.name.clone(),
+                    why: format!("the trust root cannot be read: {why}"),
+                });
+            }
         }
         if !source.config.trim().is_empty() {
             serde_json::from_str::<serde_json::Value>(&source.config).map_err(|e| {
@@ -255,9 +342,8 @@ fn self_test(loaded: &Loaded) -> Result<(), PluginError> {
         Kind::Userdata => {
             let input = fixture_userdata();
             let text = loaded.render(&convert::userdata_input(&input, "self-test"))?;
-            if text.trim().is_empty() {
-                return Err(invalid("empty userdata".into()));
-            }
+            native_userdata::validate(&text, loaded.bounds().userdata_bytes)
+                .map_err(|e| invalid(e.to_string()))?;
         }
     }
     Ok(())
@@ -350,7 +436,11 @@ impl InstanceRanker for PluginRanker {
             });
         self.registry
             .observe(Kind::Selector, &plugin.name, started, result.is_ok());
-        result
+        result.or_else(|e| {
+            self.registry
+                .fell_back(Kind::Selector, &plugin.name, &e.to_string());
+            CheapestFitRanker.rank(request)
+        })
     }
 }
 
@@ -378,7 +468,11 @@ impl ConsolidationScorer for PluginScorer {
             .and_then(|s| native_scorer::validate(&plugin.name, &s, candidates.len()).map(|_| s));
         self.registry
             .observe(Kind::Scorer, &plugin.name, started, result.is_ok());
-        result
+        result.or_else(|e| {
+            self.registry
+                .fell_back(Kind::Scorer, &plugin.name, &e.to_string());
+            SavingsPerDisruption.score(candidates)
+        })
     }
 }
 
@@ -402,14 +496,23 @@ impl UserdataRenderer for PluginRenderer {
             .cloned()
             .unwrap_or_default();
         let started = Instant::now();
+        let limit = self.registry.runtime.bounds.userdata_bytes;
         let result = plugin
             .render(&convert::userdata_input(input, &pool))
-            .map_err(|e| UserdataError::Failed {
-                renderer: plugin.name.clone(),
-                message: e.to_string(),
+            .and_then(|text| {
+                native_userdata::validate(&text, limit)
+                    .map(|_| text)
+                    .map_err(|e| PluginError::InvalidOutput {
+                        plugin: plugin.name.clone(),
+                        detail: e.to_string(),
+                    })
             });
         self.registry
             .observe(Kind::Userdata, &plugin.name, started, result.is_ok());
-        result
+        result.or_else(|e| {
+            self.registry
+                .fell_back(Kind::Userdata, &plugin.name, &e.to_string());
+            KubeadmRenderer.render(input)
+        })
     }
 }

@@ -1,18 +1,21 @@
 //! Plugin ConfigMaps in the system namespace (labelled with their world) to registry updates:
 //! an apply or change loads and swaps, a deletion reverts to the native default, and every
-//! outcome is an Event on the ConfigMap.
+//! outcome is an Event on the ConfigMap. With a trust root Secret configured, it is read at
+//! every load (so a rotation needs no restart, and a missing or broken root refuses plugins).
+//! [`report_fallbacks`] turns failed calls answered by the native default into Events.
 
 use kk_apis::names::{annotation, label};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::registry::{Registry, Source};
+use super::registry::{Registry, Source, Trust};
+use super::trust::{self, TrustRoot};
 use super::{CONFIG_KEY, Kind, PluginError, WASM_KEY};
 
 /// What a plugin ConfigMap says, or why it cannot be read.
@@ -52,7 +55,24 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
         wasm,
         digest,
         config,
+        signature: cm.annotations().get(annotation::PLUGIN_SIGNATURE).cloned(),
     })
+}
+
+/// The trust root in Secret `name` of `api`'s namespace, or why it cannot be used.
+pub async fn read_trust(api: &Api<Secret>, name: &str) -> Trust {
+    let secret = match api.get_opt(name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Trust::Unreadable(format!("Secret {name} does not exist")),
+        Err(e) => return Trust::Unreadable(format!("reading Secret {name}: {e}")),
+    };
+    let Some(raw) = secret.data.as_ref().and_then(|d| d.get(trust::SECRET_KEY)) else {
+        return Trust::Unreadable(format!("Secret {name} has no {} key", trust::SECRET_KEY));
+    };
+    match TrustRoot::from_json(&raw.0) {
+        Ok(root) => Trust::Required(root),
+        Err(why) => Trust::Unreadable(format!("Secret {name}: {why}")),
+    }
 }
 
 /// Watches plugin ConfigMaps of `namespace` until the process stops. `synced` becomes true once
@@ -62,9 +82,12 @@ pub async fn run(
     client: kube::Client,
     namespace: String,
     registry: Arc<Registry>,
+    trust_secret: Option<String>,
     synced: tokio::sync::watch::Sender<bool>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let trust = trust_secret.as_deref().map(|name| (&secrets, name));
     let reporter = Reporter {
         controller: "karpenter-kakaocloud-plugins".into(),
         instance: std::env::var("POD_NAME").ok(),
@@ -94,7 +117,7 @@ pub async fn run(
                 // same object into one series and keeps the first note, which would hide which
                 // digest is now active.
                 let recorder = Recorder::new(client.clone(), reporter.clone());
-                apply(&registry, &recorder, &cm, &mut seen).await
+                apply(&registry, trust, &recorder, &cm, &mut seen).await
             }
             watcher::Event::Delete(cm) => {
                 if let Some((kind, _)) = seen.remove(&cm.name_any()) {
@@ -121,6 +144,7 @@ pub async fn run(
 
 async fn apply(
     registry: &Arc<Registry>,
+    trust: Option<(&Api<Secret>, &str)>,
     recorder: &Recorder,
     cm: &ConfigMap,
     seen: &mut std::collections::HashMap<String, (Kind, String)>,
@@ -129,6 +153,9 @@ async fn apply(
     let version = cm.resource_version().unwrap_or_default();
     if seen.get(&name).is_some_and(|(_, v)| *v == version) {
         return;
+    }
+    if let Some((secrets, name)) = trust {
+        registry.set_trust(read_trust(secrets, name).await);
     }
     let outcome = match source_of(cm) {
         Ok(source) => {
@@ -183,5 +210,49 @@ async fn apply(
     };
     if let Err(e) = recorder.publish(&ev, &cm.object_ref(&())).await {
         tracing::debug!(error = %e, "could not publish plugin event");
+    }
+}
+
+/// Every `every`, publishes one Warning `PluginFallback` Event per plugin whose calls failed
+/// since the last report (answered by the native default), on the plugin's ConfigMap.
+pub async fn report_fallbacks(
+    client: kube::Client,
+    namespace: String,
+    registry: Arc<Registry>,
+    every: std::time::Duration,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let reporter = Reporter {
+        controller: "karpenter-kakaocloud-plugins".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for f in registry.take_fallbacks() {
+            let Ok(Some(cm)) = api.get_opt(&f.plugin).await else {
+                continue;
+            };
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: "PluginFallback".into(),
+                note: Some(
+                    format!(
+                        "{} call(s) of {} plugin {} failed and were answered by the native default; last error: {}",
+                        f.calls, f.kind, f.plugin, f.last_error
+                    )
+                    .chars()
+                    .take(1000)
+                    .collect(),
+                ),
+                action: "Call".into(),
+                secondary: None,
+            };
+            let recorder = Recorder::new(client.clone(), reporter.clone());
+            if let Err(e) = recorder.publish(&ev, &cm.object_ref(&())).await {
+                tracing::debug!(error = %e, "could not publish plugin fallback event");
+            }
+        }
     }
 }

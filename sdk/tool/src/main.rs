@@ -4,13 +4,17 @@
 //! kk-plugin componentize <core.wasm> <out.wasm>      core module -> component (prints its world)
 //! kk-plugin world <core-or-component.wasm>            prints the world a core module was bound to
 //! kk-plugin configmap <component.wasm> --name N [--world W] [--namespace NS] [--config FILE]
-//!                                                     prints the plugin's ConfigMap YAML
+//!                    [--sign-key KEY.pk8 --key-id ID] prints the plugin's ConfigMap YAML
+//! kk-plugin keygen <KEY.pk8> <ID>                     writes an ed25519 signing key and prints
+//!                                                     its trust.json entry
 //! ```
 //!
 //! The ConfigMap format (see docs/plugins.md): `binaryData."plugin.wasm"` holds the component,
 //! gzip-compressed; the annotation `karpenter.kakaocloud.com/plugin-sha256` is the lowercase hex
 //! sha256 of the *uncompressed* component; the label `karpenter.kakaocloud.com/plugin-world`
-//! names the world; `data."config.json"` holds the plugin's settings.
+//! names the world; `data."config.json"` holds the plugin's settings. Signed, the annotation
+//! `karpenter.kakaocloud.com/plugin-signature` is `<keyID>:<base64 ed25519 signature>` over the
+//! world, the component digest and the settings (`kk_apis::plugin_signing`).
 
 use std::io::Write;
 use std::path::Path;
@@ -91,6 +95,7 @@ fn configmap(args: &[String]) -> Result<()> {
     let mut file = None;
     let (mut name, mut world, mut namespace, mut config) =
         (None, None, "karpenter-kakaocloud".to_owned(), None);
+    let (mut sign_key, mut key_id) = (None::<String>, None::<String>);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -103,6 +108,8 @@ fn configmap(args: &[String]) -> Result<()> {
             "--world" => world = Some(val()?),
             "--namespace" => namespace = val()?,
             "--config" => config = Some(val()?),
+            "--sign-key" => sign_key = Some(val()?),
+            "--key-id" => key_id = Some(val()?),
             s if !s.starts_with("--") && file.is_none() => file = Some(s.to_owned()),
             s => bail!("unexpected argument {s}"),
         }
@@ -129,6 +136,19 @@ fn configmap(args: &[String]) -> Result<()> {
         None => "{}".to_owned(),
     };
     let digest = hex::encode(sha2::Sha256::digest(&component));
+    let config_json = config_json.trim_end().to_owned();
+    let signature = match (sign_key, key_id) {
+        (Some(path), Some(id)) => {
+            let pkcs8 = std::fs::read(&path).with_context(|| format!("reading {path}"))?;
+            let pair = ring::signature::Ed25519KeyPair::from_pkcs8(&pkcs8)
+                .map_err(|e| anyhow::anyhow!("{path} is not an ed25519 PKCS#8 key: {e}"))?;
+            let message = kk_apis::plugin_signing::message(&world, &digest, &config_json);
+            let sig = base64::engine::general_purpose::STANDARD.encode(pair.sign(&message));
+            Some(kk_apis::plugin_signing::annotation(&id, &sig))
+        }
+        (None, None) => None,
+        _ => bail!("--sign-key and --key-id go together"),
+    };
     let gz = base64::engine::general_purpose::STANDARD.encode(gzip(&component)?);
     let mut out = String::new();
     out.push_str("apiVersion: v1\nkind: ConfigMap\nmetadata:\n");
@@ -142,13 +162,18 @@ fn configmap(args: &[String]) -> Result<()> {
         q(&world)
     ));
     out.push_str(&format!(
-        "  annotations:\n    karpenter.kakaocloud.com/plugin-sha256: {}\n",
+        "  annotations:\n    {}: {}\n",
+        kk_apis::names::annotation::PLUGIN_SHA256,
         q(&digest)
     ));
-    out.push_str(&format!(
-        "data:\n  config.json: {}\n",
-        q(config_json.trim_end())
-    ));
+    if let Some(sig) = signature {
+        out.push_str(&format!(
+            "    {}: {}\n",
+            kk_apis::names::annotation::PLUGIN_SIGNATURE,
+            q(&sig)
+        ));
+    }
+    out.push_str(&format!("data:\n  config.json: {}\n", q(&config_json)));
     out.push_str("binaryData:\n  plugin.wasm: ");
     out.push_str(&gz);
     out.push('\n');
@@ -159,6 +184,33 @@ fn configmap(args: &[String]) -> Result<()> {
         );
     }
     std::io::stdout().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// Writes a new ed25519 key (PKCS#8, mode 0600) and prints the trust.json entry of its
+/// public half.
+fn keygen(path: &Path, id: &str) -> Result<()> {
+    use ring::signature::KeyPair;
+    if id.is_empty() || id.contains(':') {
+        bail!("the key id must be non-empty and without ':'");
+    }
+    if path.exists() {
+        bail!("{} exists; not overwriting a key", path.display());
+    }
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = ring::signature::Ed25519KeyPair::generate_pkcs8(&rng)
+        .map_err(|_| anyhow::anyhow!("generating the key failed"))?;
+    let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
+        .map_err(|_| anyhow::anyhow!("reading the generated key failed"))?;
+    let mut file = std::fs::OpenOptions::new();
+    file.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut file, 0o600);
+    file.open(path)
+        .and_then(|mut f| f.write_all(pkcs8.as_ref()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    let public = base64::engine::general_purpose::STANDARD.encode(pair.public_key().as_ref());
+    println!("{{\"id\":{},\"ed25519\":{}}}", q(id), q(&public));
     Ok(())
 }
 
@@ -179,8 +231,9 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some("configmap") => configmap(&args[1..]),
+        Some("keygen") if args.len() == 3 => keygen(Path::new(&args[1]), &args[2]),
         _ => bail!(
-            "usage: kk-plugin componentize <core.wasm> <out.wasm> | world <core.wasm> | configmap <component.wasm> --world W [--name N] [--namespace NS] [--config FILE]"
+            "usage: kk-plugin componentize <core.wasm> <out.wasm> | world <core.wasm> | configmap <component.wasm> --world W [--name N] [--namespace NS] [--config FILE] [--sign-key KEY.pk8 --key-id ID] | keygen <KEY.pk8> <ID>"
         ),
     }
 }

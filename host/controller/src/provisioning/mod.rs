@@ -21,7 +21,6 @@ use crate::metrics::{ControllerLabel, Metrics, NodePoolReason, PodState};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use kk_apis::crd::{NodeClaim, NodePool};
 use kk_apis::pod::is_provisionable;
-use kk_plugin_runtime::metrics::PluginWorld;
 
 use catalog::LiveCatalog;
 use kk_engine::scheduling::instance_types::InstanceType;
@@ -379,16 +378,11 @@ impl Provisioner {
             .unschedulable_pods
             .get_or_create(&ctl)
             .set(result.unschedulable.len() as i64);
-        if !result.ranker_fallbacks.is_empty() {
-            self.metrics
-                .plugins
-                .fallbacks
-                .get_or_create(&PluginWorld {
-                    world: "instance-selector".into(),
-                })
-                .inc_by(result.ranker_fallbacks.len() as u64);
-            tracing::warn!(calls = result.ranker_fallbacks.len(), first = %result.ranker_fallbacks[0],
-                "the instance selector failed; those calls were ranked natively");
+        // Plugin failures are answered (and counted) by the plugin adapter; this is any other
+        // ranker failing.
+        if let Some(first) = result.ranker_fallbacks.first() {
+            tracing::warn!(calls = result.ranker_fallbacks.len(), first = %first,
+                "the instance ranker failed; those calls were ranked natively");
         }
         tracing::info!(
             nodeclaims = result.new_node_claims.len(),

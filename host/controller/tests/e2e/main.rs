@@ -18,5 +18,6 @@ mod nodeclass_controller;
 mod ownership;
 mod ownership_keyring_watch;
 mod plugins_configmap;
+mod plugins_hostile;
 mod plugins_runtime;
 mod provisioning_e2e;

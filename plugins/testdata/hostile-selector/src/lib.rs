@@ -6,7 +6,7 @@
 //! `loop` (never returns), `alloc` (allocates until memory runs out),
 //! `out-of-range` (returns index n), `duplicate` (returns 0 twice),
 //! `oversized` (returns a million indices), `log-flood` (logs 10 000 long lines, then identity),
-//! `trap-on-one` (identity, but traps on a single candidate and refuses every later call of the
+//! `recurse` (recurses without bound), `trap-on-one` (identity, but traps on a single candidate and refuses every later call of the
 //! same instance).
 
 use karpenter_kakaocloud_sdk::prelude::*;
@@ -56,6 +56,7 @@ impl InstanceSelector for Hostile {
                     std::hint::black_box(&hoard);
                 }
             }
+            "recurse" => Ok((0..depth(u64::from(n))).map(|_| 0).collect()),
             "out-of-range" => Ok(vec![n]),
             "duplicate" => Ok(vec![0, 0]),
             "oversized" => Ok(vec![0; 1_000_000]),
@@ -69,6 +70,13 @@ impl InstanceSelector for Hostile {
             other => Err(format!("unknown mode {other:?}")),
         }
     }
+}
+
+/// Recursion the optimiser cannot turn into a loop: each frame's result is used after the call.
+#[allow(unconditional_recursion)]
+fn depth(n: u64) -> u32 {
+    let next = std::hint::black_box(n.wrapping_add(1));
+    depth(next).wrapping_add(std::hint::black_box(1))
 }
 
 karpenter_kakaocloud_sdk::export_instance_selector!(Hostile, wit = "../../../wit");
