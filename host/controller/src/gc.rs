@@ -4,6 +4,9 @@
 //!   NodeClaim does not exist (a crash between create and the NodeClaim update, a NodeClaim
 //!   removed by hand) is deleted once it has been seen orphaned for the grace period. Instances
 //!   whose tag does not verify are never touched.
+//! * **Duplicates**: an instance proved ours (tag, or only its create marker) for a NodeClaim
+//!   whose providerID names another instance: a create whose answer was lost, then a list that
+//!   lagged, made the launch create again. Deleted after the same grace period.
 //! * **Orphaned Nodes**: a Karpenter Node whose instance is gone is deleted (its finalizer too:
 //!   nothing is left to drain).
 //! * **NodeClaims whose instance vanished** (after registration; the lifecycle controller handles
@@ -25,6 +28,15 @@ use kakaocloud::ownership::KeyringHandle;
 use kakaocloud::{self, InstanceFilter, api::InstanceStatus};
 use kk_apis::crd::NodeClaim;
 use kk_apis::provider_id::parse_provider_id;
+
+/// Why an instance of ours is collected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leak {
+    /// Its NodeClaim is gone.
+    Orphan,
+    /// Its NodeClaim launched another instance.
+    Duplicate,
+}
 
 pub struct Collector {
     pub client: kube::Client,
@@ -79,8 +91,9 @@ impl Collector {
             {
                 continue;
             }
-            let Ok(owner) = keyring.verify_description(
+            let Ok(owner) = keyring.owner(
                 instance.description.as_deref().unwrap_or(""),
+                instance.name.as_deref().unwrap_or(""),
                 &self.cluster_name,
                 &instance.id,
             ) else {
@@ -89,24 +102,38 @@ impl Collector {
             // The shared state answers for almost every instance; one the cache does not know is
             // confirmed with the API server (a NodeClaim created a moment ago must count), so a
             // pass makes a GET only per suspected orphan.
-            if self.state.nodeclaim(&owner.nodeclaim).is_none()
-                && claims.get_opt(&owner.nodeclaim).await?.is_none()
-            {
-                orphans.push((instance.id.clone(), owner.nodeclaim));
+            let claim = match self.state.nodeclaim(&owner.nodeclaim) {
+                Some(c) => Some(c),
+                None => claims.get_opt(&owner.nodeclaim).await?.map(Arc::new),
+            };
+            let launched_as = claim.as_ref().and_then(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .and_then(parse_provider_id)
+                    .map(|(_, id)| id.to_owned())
+            });
+            match (claim, launched_as) {
+                (None, _) => orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Orphan)),
+                (Some(_), Some(id)) if id != instance.id => {
+                    orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Duplicate))
+                }
+                // Ours, or a claim still launching (it may yet adopt this instance).
+                _ => {}
             }
         }
         let now = Instant::now();
-        let due: Vec<(String, String)> = {
+        let due: Vec<(String, String, Leak)> = {
             let mut seen = self.first_seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.retain(|id, _| orphans.iter().any(|(o, _)| o == id));
+            seen.retain(|id, _| orphans.iter().any(|(o, _, _)| o == id));
             orphans
                 .into_iter()
-                .filter(|(id, _)| {
+                .filter(|(id, _, _)| {
                     now.duration_since(*seen.entry(id.clone()).or_insert(now)) >= self.grace
                 })
                 .collect()
         };
-        for (id, claim) in due {
+        for (id, claim, leak) in due {
             match self
                 .cloud
                 .instances()
@@ -115,8 +142,16 @@ impl Collector {
             {
                 Ok(_)
                 | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {
-                    tracing::info!(instance = %id, NodeClaim = %claim, "deleted leaked instance: its NodeClaim is gone");
-                    self.count("instance");
+                    match leak {
+                        Leak::Orphan => {
+                            tracing::info!(instance = %id, NodeClaim = %claim, "deleted leaked instance: its NodeClaim is gone");
+                            self.count("instance");
+                        }
+                        Leak::Duplicate => {
+                            tracing::info!(instance = %id, NodeClaim = %claim, "deleted duplicate instance: its NodeClaim launched another");
+                            self.count("duplicate-instance");
+                        }
+                    }
                 }
                 Err(kakaocloud::DeleteOwnedError::NotOwned(why)) => {
                     self.metrics

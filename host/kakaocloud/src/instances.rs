@@ -210,8 +210,9 @@ impl Instances<'_> {
         }
     }
 
-    /// Deletes the instance only if its description carries an ownership tag
-    /// that verifies for `cluster` under `keyring` and names `nodeclaim`. Returns who owned it.
+    /// Deletes the instance only if its description carries an ownership tag that verifies for
+    /// `cluster` under `keyring` and names `nodeclaim` (or, for an instance never tagged, that
+    /// claim's create marker under its deterministic name). Returns who owned it.
     pub async fn delete_owned(
         &self,
         id: &str,
@@ -227,8 +228,9 @@ impl Instances<'_> {
             Err(err) => return Err(DeleteOwnedError::Api(err)),
         };
         let description = instance.description.as_deref().unwrap_or("");
+        let name = instance.name.as_deref().unwrap_or("");
         let owner = keyring
-            .verify_description(description, cluster, &instance.id)
+            .owner(description, name, cluster, &instance.id)
             .map_err(DeleteOwnedError::NotOwned)?;
         // The tag must name the claim asking: a NodeClaim whose providerID points at another
         // claim's instance must not delete it (that one is drained by its own claim).

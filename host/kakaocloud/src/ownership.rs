@@ -20,6 +20,17 @@
 //! `{"activeKeyID":"k1","keys":[{"id":"k1","key":"<base64 of 32 bytes>"}]}`.
 //! Rotation: add a key, switch `activeKeyID`; tags under older keys still
 //! verify while their key stays in the ring.
+//!
+//! **Create markers.** The tag binds the instance ID, which exists only after
+//! the create, so the create request itself carries a *marker*
+//! `kk:c:<keyID>:<nodeclaim>:<mac>` (the MAC over key ID, cluster and
+//! NodeClaim under another domain). Every instance the controller creates is
+//! attributable from its first moment: when a create's answer is lost and a
+//! lagging list makes the launch create again, the extra instance carries a
+//! marker, and garbage collection removes it. A marker does not bind the
+//! instance, so it is honoured only on an instance under the claim's
+//! deterministic name, and the tag replaces it as soon as the launch sees
+//! the instance.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,8 +56,11 @@ pub const KEY_MIN_BYTES: usize = 32;
 /// Bytes of the HMAC kept in the tag.
 pub const MAC_BYTES: usize = 16;
 const MAC_CHARS: usize = 22;
+/// Format version of a create marker.
+pub const MARKER_VERSION: &str = "c";
 /// Domain separation: these MACs mean nothing in any other protocol.
 const DOMAIN: &[u8] = b"karpenter-kakaocloud/ownership/v1";
+const MARKER_DOMAIN: &[u8] = b"karpenter-kakaocloud/ownership/create/v1";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -118,6 +132,18 @@ pub enum VerifyError {
 pub struct Owner {
     pub nodeclaim: String,
     pub key_id: String,
+    /// What proved it.
+    pub proof: Proof,
+}
+
+/// What proves an instance is ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The ownership tag, bound to the instance ID.
+    Tag,
+    /// Only the create marker (the instance was never tagged: a duplicate, or a launch that
+    /// has not seen it yet).
+    Marker,
 }
 
 #[derive(Deserialize)]
@@ -245,16 +271,24 @@ impl Keyring {
         let Some(key) = self.keys.get(&self.active) else {
             return Err(SignError::ActiveKeyMissing);
         };
-        let mac = compute_mac(key, &self.active, cluster, nodeclaim, instance_id);
-        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac[..MAC_BYTES]);
-        let tag = format!(
-            "{TAG_PREFIX}{TAG_VERSION}:{}:{nodeclaim}:{encoded}",
-            self.active
-        );
-        if tag.len() > INSTANCE_DESCRIPTION_MAX {
-            return Err(SignError::TooLong { len: tag.len() });
+        let mac = compute_mac(key, DOMAIN, &self.active, cluster, nodeclaim, instance_id);
+        render(TAG_VERSION, &self.active, nodeclaim, &mac)
+    }
+
+    /// The create marker for `nodeclaim` of `cluster`, under the active key: what the create
+    /// request's description carries.
+    pub fn mark(&self, cluster: &str, nodeclaim: &str) -> Result<String, SignError> {
+        if cluster.is_empty() {
+            return Err(SignError::EmptyCluster);
         }
-        Ok(tag)
+        if !is_dns_subdomain(nodeclaim) {
+            return Err(SignError::InvalidNodeClaim(nodeclaim.to_string()));
+        }
+        let Some(key) = self.keys.get(&self.active) else {
+            return Err(SignError::ActiveKeyMissing);
+        };
+        let mac = compute_mac(key, MARKER_DOMAIN, &self.active, cluster, nodeclaim, "");
+        render(MARKER_VERSION, &self.active, nodeclaim, &mac)
     }
 
     /// Key IDs of this ring that `next` removes or maps to other key bytes: tags signed with them
@@ -289,6 +323,22 @@ impl Keyring {
         cluster: &str,
         instance_id: &str,
     ) -> Result<Owner, VerifyError> {
+        self.check(tag, TAG_VERSION, DOMAIN, cluster, instance_id)
+    }
+
+    /// Checks a create marker for `cluster` with any key of the ring.
+    pub fn verify_marker(&self, marker: &str, cluster: &str) -> Result<Owner, VerifyError> {
+        self.check(marker, MARKER_VERSION, MARKER_DOMAIN, cluster, "")
+    }
+
+    fn check(
+        &self,
+        tag: &str,
+        expected_version: &str,
+        domain: &[u8],
+        cluster: &str,
+        instance_id: &str,
+    ) -> Result<Owner, VerifyError> {
         let body = tag
             .strip_prefix(TAG_PREFIX)
             .ok_or(VerifyError::Malformed("missing prefix"))?;
@@ -302,7 +352,7 @@ impl Keyring {
         ) else {
             return Err(VerifyError::Malformed("wrong number of fields"));
         };
-        if version != TAG_VERSION {
+        if version != expected_version {
             return Err(VerifyError::UnsupportedVersion(version.to_string()));
         }
         if validate_key_id(key_id).is_err() {
@@ -324,14 +374,39 @@ impl Keyring {
             .get(key_id)
             .ok_or_else(|| VerifyError::UnknownKey(key_id.to_string()))?;
         let mut hmac = keyed(key);
-        feed(&mut hmac, key_id, cluster, nodeclaim, instance_id);
+        feed(&mut hmac, domain, key_id, cluster, nodeclaim, instance_id);
         // Constant-time comparison of the kept prefix.
         hmac.verify_truncated_left(&mac)
             .map_err(|_| VerifyError::BadSignature)?;
         Ok(Owner {
             nodeclaim: nodeclaim.to_string(),
             key_id: key_id.to_string(),
+            proof: if expected_version == MARKER_VERSION {
+                Proof::Marker
+            } else {
+                Proof::Tag
+            },
         })
+    }
+
+    /// Who owns the instance `instance_id` named `instance_name` with `description`: its tag if
+    /// one verifies, else its create marker if one verifies and the name is the marked claim's
+    /// deterministic name.
+    pub fn owner(
+        &self,
+        description: &str,
+        instance_name: &str,
+        cluster: &str,
+        instance_id: &str,
+    ) -> Result<Owner, VerifyError> {
+        let tagged = self.verify_description(description, cluster, instance_id);
+        if tagged.is_ok() {
+            return tagged;
+        }
+        tags_in(description)
+            .filter_map(|t| self.verify_marker(t, cluster).ok())
+            .find(|o| crate::naming::instance_name(cluster, &o.nodeclaim) == instance_name)
+            .ok_or_else(|| tagged.unwrap_err())
     }
 
     /// Finds the ownership tag(s) in an instance description and verifies them;
@@ -382,8 +457,25 @@ fn keyed(key: &SecretKey) -> HmacSha256 {
     key.0.clone()
 }
 
-fn feed(mac: &mut HmacSha256, key_id: &str, cluster: &str, nodeclaim: &str, instance_id: &str) {
-    mac.update(DOMAIN);
+/// `kk:<version>:<keyID>:<nodeclaim>:<mac>`, within the description limit.
+fn render(version: &str, key_id: &str, nodeclaim: &str, mac: &[u8]) -> Result<String, SignError> {
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac[..MAC_BYTES]);
+    let tag = format!("{TAG_PREFIX}{version}:{key_id}:{nodeclaim}:{encoded}");
+    if tag.len() > INSTANCE_DESCRIPTION_MAX {
+        return Err(SignError::TooLong { len: tag.len() });
+    }
+    Ok(tag)
+}
+
+fn feed(
+    mac: &mut HmacSha256,
+    domain: &[u8],
+    key_id: &str,
+    cluster: &str,
+    nodeclaim: &str,
+    instance_id: &str,
+) {
+    mac.update(domain);
     // Length prefixes make the encoding injective.
     for field in [key_id, cluster, nodeclaim, instance_id] {
         let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
@@ -394,13 +486,14 @@ fn feed(mac: &mut HmacSha256, key_id: &str, cluster: &str, nodeclaim: &str, inst
 
 fn compute_mac(
     key: &SecretKey,
+    domain: &[u8],
     key_id: &str,
     cluster: &str,
     nodeclaim: &str,
     instance_id: &str,
 ) -> Vec<u8> {
     let mut mac = keyed(key);
-    feed(&mut mac, key_id, cluster, nodeclaim, instance_id);
+    feed(&mut mac, domain, key_id, cluster, nodeclaim, instance_id);
     mac.finalize().into_bytes().to_vec()
 }
 
@@ -444,7 +537,8 @@ fn is_dns_subdomain(name: &str) -> bool {
 pub enum Adoption {
     /// Its tag verifies for this cluster and names this NodeClaim.
     AlreadyOurs,
-    /// It carries no ownership tag: we created it and were stopped before tagging it.
+    /// It carries no ownership tag (or only this claim's create marker): we created it and
+    /// have not tagged it yet.
     Sign,
     /// It carries a tag that is not ours for this claim: never re-signed, never adopted.
     Refuse(VerifyError),
@@ -463,12 +557,18 @@ impl Keyring {
         if tags_in(description).next().is_none() {
             return Adoption::Sign;
         }
-        match self.verify_description(description, cluster, instance_id) {
-            Ok(owner) if owner.nodeclaim == nodeclaim => Adoption::AlreadyOurs,
-            Ok(owner) => Adoption::Refuse(VerifyError::OtherClaim {
-                tagged: owner.nodeclaim,
-                expected: nodeclaim.to_owned(),
-            }),
+        let name = crate::naming::instance_name(cluster, nodeclaim);
+        match self.owner(description, &name, cluster, instance_id) {
+            Ok(owner) if owner.nodeclaim != nodeclaim => {
+                Adoption::Refuse(VerifyError::OtherClaim {
+                    tagged: owner.nodeclaim,
+                    expected: nodeclaim.to_owned(),
+                })
+            }
+            Ok(Owner {
+                proof: Proof::Tag, ..
+            }) => Adoption::AlreadyOurs,
+            Ok(_) => Adoption::Sign,
             Err(e) => Adoption::Refuse(e),
         }
     }
@@ -606,6 +706,55 @@ mod tests {
 
     const RING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}]}"#;
     const OTHER_RING: &str = r#"{"activeKeyID":"k1","keys":[{"id":"k1","key":"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="}]}"#;
+    #[test]
+    fn create_markers_prove_the_claim_only_under_its_deterministic_name() {
+        let ring = Keyring::from_json(RING.as_bytes()).unwrap();
+        let marker = ring.mark("prod", "claim-a").unwrap();
+        assert!(marker.starts_with("kk:c:k1:claim-a:"), "{marker}");
+        let description = compose_description("karpenter node claim-a", &marker);
+        let name = crate::naming::instance_name("prod", "claim-a");
+        let owner = ring.owner(&description, &name, "prod", "i-1").unwrap();
+        assert_eq!(
+            (owner.nodeclaim.as_str(), owner.proof),
+            ("claim-a", Proof::Marker)
+        );
+        // A marker is not a tag, and a tag is not a marker.
+        assert!(ring.verify(&marker, "prod", "i-1").is_err());
+        let tag = ring.sign("prod", "claim-a", "i-1").unwrap();
+        assert!(ring.verify_marker(&tag, "prod").is_err());
+        // Another name, another cluster or another key: not ours.
+        assert!(ring.owner(&description, "some-vm", "prod", "i-1").is_err());
+        let other_name = crate::naming::instance_name("prod-eu", "claim-a");
+        assert!(
+            ring.owner(&description, &other_name, "prod-eu", "i-1")
+                .is_err()
+        );
+        let other = Keyring::from_json(OTHER_RING.as_bytes()).unwrap();
+        assert!(other.owner(&description, &name, "prod", "i-1").is_err());
+        // The tag, once written, wins.
+        let tagged = compose_description(&description, &tag);
+        assert_eq!(
+            ring.owner(&tagged, &name, "prod", "i-1").unwrap().proof,
+            Proof::Tag
+        );
+        assert!(!tagged.contains("kk:c:"), "the tag replaces the marker");
+    }
+
+    #[test]
+    fn adoption_signs_marked_instances_of_this_claim_only() {
+        let ring = Keyring::from_json(RING.as_bytes()).unwrap();
+        let ours = compose_description("", &ring.mark("prod", "claim-a").unwrap());
+        assert_eq!(
+            ring.adoption(&ours, "prod", "claim-a", "i-1"),
+            Adoption::Sign
+        );
+        let other = compose_description("", &ring.mark("prod", "claim-b").unwrap());
+        assert!(matches!(
+            ring.adoption(&other, "prod", "claim-a", "i-1"),
+            Adoption::Refuse(_)
+        ));
+    }
+
     #[test]
     fn adoption_signs_only_untagged_instances_and_keeps_ours() {
         let ring = Keyring::from_json(RING.as_bytes()).unwrap();

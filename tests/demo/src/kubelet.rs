@@ -107,12 +107,21 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             ..Default::default()
         }),
     };
-    if let Err(e) = Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-    {
-        tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
-        return;
+    // Like a real kubelet, registration is retried while a Node of the same name exists (a
+    // duplicate instance under the same name registered first and is being removed).
+    let nodes = Api::<Node>::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
+                return;
+            }
+        }
     }
     if reg.taints.iter().any(|t| t.key == CILIUM_AGENT_NOT_READY) {
         tokio::spawn(cilium_agent(client.clone(), name));

@@ -54,6 +54,9 @@ pub enum FaultRequest {
     /// Instances whose name contains `name_contains` ("" = all) go to ERROR
     /// instead of ACTIVE.
     GoToError { name_contains: String },
+    /// Instance lists leave out instances created less than `millis` ago (0 removes it), as
+    /// an eventually consistent list would; GET by ID still finds them.
+    ListLag { millis: u64 },
     /// Removes every fault.
     Clear,
 }
@@ -84,6 +87,7 @@ pub(crate) struct FaultState {
     capacity: BTreeSet<(String, String)>,
     stuck: Vec<String>,
     error: Vec<String>,
+    list_lag: Duration,
 }
 
 /// Handle to the simulator's faults; cheap to clone.
@@ -149,6 +153,7 @@ impl Faults {
             }
             FaultRequest::StuckInBuild { name_contains } => s.stuck.push(name_contains),
             FaultRequest::GoToError { name_contains } => s.error.push(name_contains),
+            FaultRequest::ListLag { millis } => s.list_lag = Duration::from_millis(millis),
             FaultRequest::Clear => *s = FaultState::default(),
         }
     }
@@ -234,6 +239,17 @@ impl Faults {
         self.apply(FaultRequest::GoToError {
             name_contains: name_contains.into(),
         });
+    }
+
+    /// Lists leave out instances younger than `lag` (zero removes the fault).
+    pub fn list_lag(&self, lag: Duration) {
+        self.apply(FaultRequest::ListLag {
+            millis: u64::try_from(lag.as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+
+    pub(crate) fn list_lag_of(&self) -> Duration {
+        self.lock().list_lag
     }
 
     /// Removes every fault.

@@ -150,7 +150,15 @@ impl Lifecycle {
                     delete_root_volume_on_termination: class.spec.root_volume.delete_on_termination,
                     user_data: Some(user_data),
                     availability_zone: Some(offering.zone.clone()),
-                    description: Some(format!("karpenter node {name}")),
+                    // Attributable from its first moment: a duplicate made by a lost answer
+                    // and a lagging list is found by garbage collection through this marker.
+                    description: Some(ownership::compose_description(
+                        &format!("karpenter node {name}"),
+                        &self
+                            .keyring
+                            .current()
+                            .mark(&self.settings.cluster_name, &name)?,
+                    )),
                 };
                 let started = Instant::now();
                 let created = self.cloud.instances().create(&spec).await;
@@ -263,10 +271,17 @@ impl Lifecycle {
         };
         // A plugin renderer runs WebAssembly: off the async workers.
         let renderer = Arc::clone(&self.renderer);
-        tokio::task::spawn_blocking(move || renderer.render(&input))
+        let text = tokio::task::spawn_blocking(move || renderer.render(&input))
             .await
-            .map_err(|e| LifecycleError::NotReady(format!("userdata task failed: {e}")))?
-            .map_err(LifecycleError::from)
+            .map_err(|e| LifecycleError::NotReady(format!("userdata task failed: {e}")))??;
+        // Whatever rendered it, nothing malformed reaches an instance.
+        kk_engine::userdata::validate(&text, kk_engine::userdata::USERDATA_MAX_BYTES).map_err(
+            |e| kk_engine::userdata::UserdataError::Invalid {
+                renderer: self.renderer.name().to_owned(),
+                message: e.to_string(),
+            },
+        )?;
+        Ok(text)
     }
 
     /// The labels a node of `it` in `zone` for `nc` carries.

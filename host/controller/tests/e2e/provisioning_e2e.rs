@@ -472,6 +472,65 @@ async fn a_restart_mid_launch_creates_no_duplicate_instance() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_from_a_lost_answer_and_a_lagging_list_is_marked_and_collected() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    // The first create commits but its answer is lost; lists leave out instances younger than
+    // 5 s, so the retried launch cannot find it and creates again.
+    let faults = env.sim.faults();
+    faults.list_lag(Duration::from_secs(5));
+    faults.drop_after_commit(routes::INSTANCES_CREATE, 1);
+    let ns = env.cp.fresh_namespace("lag").await.unwrap();
+    env.apply_in(&ns, &deployment("lag", 1, "karpenter", small(), json!({})));
+    env.wait_running(&ns, "lag", 1).await;
+    let claims = env.claims_of("karpenter-default").await;
+    assert_eq!(claims.len(), 1);
+    let claim = claims[0].metadata.name.clone().unwrap();
+    assert_eq!(
+        env.sim.request_count(routes::INSTANCES_CREATE),
+        2,
+        "the lost answer and the lagging list made a second create"
+    );
+
+    // The duplicate carried the claim's create marker from its first moment, so garbage
+    // collection finds it once the list shows it, and removes it; the launched one stays.
+    let ring = env.keyring.current();
+    let launched = eventually("only the launched instance left", || async {
+        let live = env.instances();
+        (live.len() == 1).then(|| live[0].clone())
+    })
+    .await;
+    let owner = ring
+        .verify_description(
+            launched.description.as_deref().unwrap_or(""),
+            support::CLUSTER,
+            &launched.id,
+        )
+        .expect("the launched instance is tagged");
+    assert_eq!(owner.nodeclaim, claim);
+    let all = env.sim.instances_including_deleted();
+    assert_eq!(all.len(), 2, "two instances ever");
+    let duplicate = all.iter().find(|i| i.id != launched.id).unwrap();
+    let marked = ring
+        .owner(
+            duplicate.description.as_deref().unwrap_or(""),
+            duplicate.name.as_deref().unwrap_or(""),
+            support::CLUSTER,
+            &duplicate.id,
+        )
+        .expect("the duplicate is attributable");
+    assert_eq!(
+        (marked.nodeclaim.as_str(), marked.proof),
+        (claim.as_str(), kakaocloud::ownership::Proof::Marker)
+    );
+    assert!(
+        env.metrics_text()
+            .contains(r#"action="duplicate-instance"} 1"#),
+        "counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_selection_plugin_from_examples_changes_the_flavor() {
     use kk_plugin_runtime::{Bounds, Kind, PluginRanker, Registry, Runtime, Source};
 

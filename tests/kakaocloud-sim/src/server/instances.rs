@@ -14,11 +14,13 @@ pub(super) async fn list_instances(
             Ok(p) => p,
             Err(r) => return r,
         };
+        let lag = s.faults.list_lag_of();
         let items: Vec<api::Instance> = {
             let st = lock(&s.state);
             st.projects[project]
                 .instances
                 .iter()
+                .filter(|i| i.created.elapsed() >= lag)
                 .map(|i| &i.instance)
                 .filter(|i| {
                     q.get("name")
@@ -361,6 +363,7 @@ pub(super) fn create(
         instance,
         user_data,
         flavor,
+        created: std::time::Instant::now(),
     });
     let response = api::CreateInstanceResponse {
         instance: api::CreatedInstance {

@@ -39,6 +39,8 @@ struct SimInstance {
     instance: api::Instance,
     user_data: Option<String>,
     flavor: FlavorSeed,
+    /// When it was created (the list-lag fault hides young instances from lists).
+    created: std::time::Instant,
 }
 
 struct ProjectState {
