@@ -22,8 +22,8 @@ pub struct RetireGuard {
 }
 
 impl RetireGuard {
-    /// How many live instances carry a tag of this cluster that `current` verifies as signed
-    /// with one of `ids`.
+    /// How many live instances carry a tag (or create marker) of this cluster that `current`
+    /// verifies as signed with one of `ids`.
     async fn instances_signed_with(
         &self,
         current: &Keyring,
@@ -38,9 +38,11 @@ impl RetireGuard {
             .iter()
             .filter(|i| i.status.as_ref() != Some(&InstanceStatus::Deleted))
             .filter(|i| {
+                // A create marker counts too: without its key a duplicate is never collected.
                 current
-                    .verify_description(
+                    .owner(
                         i.description.as_deref().unwrap_or(""),
+                        i.name.as_deref().unwrap_or(""),
                         &self.cluster,
                         &i.id,
                     )

@@ -4,12 +4,21 @@
 //! between replicas does not matter) or when the holder released it (empty holder). Every
 //! write is a replace with the read `resourceVersion`, so two candidates never both win.
 //!
+//! **Fencing.** The elector keeps a [`Fence`] open until `renewal sent + renew deadline` after
+//! each successful renewal, timed from *before* the request left, while a standby cannot take
+//! over before `that renewal + lease duration` (it measures from when it saw the record, which is
+//! later). The controllers' KakaoCloud client checks the fence before every call, so a leader
+//! whose renewals hang (a partition) stops calling the cloud by the renew deadline, before the
+//! standby can lead, whatever its controllers and retry loops still have queued; [`Elector::hold`]
+//! returns by then too and the process exits.
+//!
 //! (`kube-leader-election` 0.44 needs kube 4; the workspace is on kube 5.)
 
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kakaocloud::Fence;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -45,6 +54,9 @@ pub struct Elector {
     config: LeaderConfig,
     /// The last record seen (holder and renew time) and when it was first seen.
     observed: Option<(String, Instant)>,
+    /// When the last successful acquire or renewal was sent.
+    renewed: Option<Instant>,
+    fence: Fence,
 }
 
 fn record_key(spec: &LeaseSpec) -> String {
@@ -70,7 +82,35 @@ impl Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: None,
+            renewed: None,
+            fence: Fence::closed(),
         }
+    }
+
+    /// The fence this elector keeps open while its leadership is certain.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// When the fence closes (closed) unless a renewal succeeds first.
+    pub fn fenced_at(&self) -> Option<Instant> {
+        self.renewed.map(|sent| sent + self.config.renew_deadline)
+    }
+
+    /// One round, timed for the fence: the deadline counts from before the request left.
+    async fn round(&mut self) -> Result<bool, kube::Error> {
+        let sent = Instant::now();
+        let held = self.try_acquire_or_renew().await;
+        match held {
+            Ok(true) => {
+                self.renewed = Some(sent);
+                self.fence
+                    .open_until((sent + self.config.renew_deadline).into_std());
+            }
+            Ok(false) => self.fence.close(),
+            Err(_) => {}
+        }
+        held
     }
 
     fn spec(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
@@ -152,6 +192,7 @@ impl Elector {
 
     /// Gives the Lease up (holder emptied) if we still hold it, so a standby takes over at once.
     pub async fn release(&mut self) -> Result<(), kube::Error> {
+        self.fence.close();
         let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
             return Ok(());
         };
@@ -178,7 +219,7 @@ impl Elector {
     /// Blocks until this candidate holds the Lease.
     pub async fn acquire(&mut self) {
         loop {
-            match self.try_acquire_or_renew().await {
+            match self.round().await {
                 Ok(true) => {
                     tracing::info!(lease = %self.config.name, identity = %self.config.identity, "successfully acquired lease");
                     return;
@@ -193,24 +234,24 @@ impl Elector {
     }
 
     /// While leading: renews every retry period; returns (why) once leadership is lost, that is,
-    /// when another holder shows up or renewing failed for the renew deadline.
+    /// when another holder shows up or no renewal succeeded by the renew deadline (the moment
+    /// the fence closes; a renewal still hanging then is abandoned).
     pub async fn hold(&mut self) -> String {
-        let mut last_renew = Instant::now();
         loop {
             tokio::time::sleep(self.config.retry_period).await;
-            let round =
-                tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()).await;
-            match round {
-                Ok(Ok(true)) => last_renew = Instant::now(),
+            let deadline = self.fenced_at().unwrap_or_else(Instant::now);
+            match tokio::time::timeout_at(deadline, self.round()).await {
+                Ok(Ok(true)) => {}
                 Ok(Ok(false)) => return "another candidate holds the lease".into(),
                 Ok(Err(e)) => {
                     tracing::warn!(lease = %self.config.name, error = %e, "failed to renew lease")
                 }
                 Err(_) => tracing::warn!(lease = %self.config.name, "renewing the lease timed out"),
             }
-            if last_renew.elapsed() >= self.config.renew_deadline {
+            if Instant::now() >= deadline {
+                self.fence.close();
                 return format!(
-                    "could not renew the lease for {:?}",
+                    "could not renew the lease within {:?}",
                     self.config.renew_deadline
                 );
             }
@@ -413,6 +454,51 @@ mod tests {
             "{ended:?}"
         );
         assert!(!*election.leading.borrow());
+    }
+
+    /// The leader's renewals hang (a proxy holds them): its fence closes by the renew deadline
+    /// after the last renewal was sent, hold() returns by then, and a standby acquires only
+    /// later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partitioned_leader_is_fenced_before_a_standby_can_lead() {
+        kakaocloud::install_crypto_provider();
+        let cp = controlplane::shared().await;
+        let ns = cp.fresh_namespace("lease-fence").await.unwrap();
+        let apiserver: std::net::SocketAddr = cp
+            .server_url()
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .parse()
+            .unwrap();
+        let proxy = kk_demo::Proxy::start(apiserver).await.unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(cp.kubeconfig_path()).unwrap();
+        let mut via_proxy = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        via_proxy.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+        let mut a = Elector::new(kube::Client::try_from(via_proxy).unwrap(), config("a", &ns));
+        let fence = a.fence();
+        assert!(!fence.is_open(), "closed before leading");
+        a.acquire().await;
+        assert!(fence.is_open());
+        let mut b = Elector::new(cp.client().await, config("b", &ns));
+
+        proxy.partition();
+        let held = tokio::spawn(async move {
+            let why = a.hold().await;
+            (why, a)
+        });
+        b.acquire().await;
+        let (why, a) = held.await.unwrap();
+        assert!(why.contains("could not renew"), "{why}");
+        assert!(!fence.is_open());
+        // The fence closed before the standby even sent the write that made it leader.
+        let (closed, acquiring) = (a.fenced_at().unwrap(), b.renewed.unwrap());
+        assert!(
+            closed < acquiring,
+            "the standby acquired {:?} before the leader's fence closed",
+            closed - acquiring
+        );
     }
 
     /// Stopping a leading election releases the Lease.

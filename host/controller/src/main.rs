@@ -219,10 +219,10 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     .await?;
     ready.set(true);
 
-    let start_operator = || {
+    let start_operator = |cloud: kakaocloud::Client| {
         Operator::start(
             kube.clone(),
-            cloud.clone(),
+            cloud,
             settings.clone(),
             keyring.clone(),
             join.clone(),
@@ -243,7 +243,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
 
     let Some(leader_config) = leader_config else {
         let mut op = tokio::select! {
-            op = start_operator() => op?,
+            op = start_operator(cloud.clone()) => op?,
             _ = shutdown_requested(&mut stop) => return Ok(0),
         };
         is_leader.get_or_create(&lease_label).set(1);
@@ -262,7 +262,10 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     };
 
     tracing::info!(lease = %leader_config.name, namespace = %leader_config.namespace, identity = %leader_config.identity, "waiting for the leader-election lease");
-    let mut election = leader::spawn(leader::Elector::new(kube.clone(), leader_config));
+    let elector = leader::Elector::new(kube.clone(), leader_config);
+    // The controllers call KakaoCloud only while the lease is certainly ours (see `leader`).
+    let fenced = cloud.fenced(elector.fence());
+    let mut election = leader::spawn(elector);
     tokio::select! {
         _ = shutdown_requested(&mut stop) => {
             tracing::info!("shutting down as a standby");
@@ -276,7 +279,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         }
     }
     let mut op = tokio::select! {
-        op = start_operator() => op?,
+        op = start_operator(fenced) => op?,
         _ = shutdown_requested(&mut stop) => {
             election.stop().await;
             tracing::info!("stopped while starting the controllers, lease released");

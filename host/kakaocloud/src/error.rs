@@ -35,6 +35,9 @@ pub enum Error {
     Decode { message: String },
     #[error("configuration: {message}")]
     Config { message: String },
+    /// This replica may not call KakaoCloud now: its leader-election fence is closed.
+    #[error("not calling KakaoCloud: this replica's leadership is not certain (fenced)")]
+    Fenced,
 }
 
 impl Error {

@@ -18,6 +18,7 @@ mod auth;
 mod catalog;
 pub mod config;
 pub mod error;
+pub mod fence;
 mod instances;
 mod kubernetes_engine;
 pub mod naming;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 pub use catalog::{Flavors, Images, KeyPairs, SecurityGroups, Subnets};
 pub use config::{Config, Credentials, DEFAULT_REGION, RetryPolicy, Service};
 pub use error::Error;
+pub use fence::Fence;
 pub use instances::{DeleteOutcome, DeleteOwnedError, InstanceFilter, Instances, LaunchSpec};
 pub use kubernetes_engine::KubernetesEngine;
 
@@ -70,9 +72,21 @@ impl Client {
         &self.transport.config
     }
 
+    /// A client sharing this one's connections and token, whose every call (token requests
+    /// included) fails with [`Error::Fenced`] unless `fence` is open: what the leader's
+    /// controllers use, so a leader that may have lost its Lease stops calling the cloud.
+    pub fn fenced(&self, fence: Fence) -> Client {
+        Client {
+            transport: Arc::new(self.transport.fenced(fence)),
+        }
+    }
+
     /// Issues (or reuses) the API token now; useful as a startup check of the
     /// credentials.
     pub async fn authenticate(&self) -> Result<(), Error> {
+        if let Some(fence) = self.transport.fence() {
+            fence.check()?;
+        }
         self.transport.token().await.map(|_| ())
     }
 

@@ -14,6 +14,7 @@ use super::api::{self, ErrorBody, IamErrorBody, Page};
 use super::auth::{self, CachedToken, TokenCache};
 use super::config::{Config, Credentials, RetryPolicy, Service};
 use super::error::Error;
+use super::fence::Fence;
 
 /// Shared state behind every [`super::Client`] handle.
 pub(crate) struct Transport {
@@ -21,7 +22,9 @@ pub(crate) struct Transport {
     endpoints: BTreeMap<Service, Url>,
     http: reqwest::Client,
     credentials: Credentials,
-    tokens: TokenCache,
+    tokens: Arc<TokenCache>,
+    /// Checked before every attempt when set (the leader's controllers).
+    fence: Option<Fence>,
 }
 
 /// A request to send: which service, what, and how to describe its target in
@@ -103,8 +106,26 @@ impl Transport {
             endpoints,
             http,
             credentials,
-            tokens: TokenCache::default(),
+            tokens: Arc::default(),
+            fence: None,
         })
+    }
+
+    /// The same transport (connections and token cache shared) whose every call first checks
+    /// `fence`.
+    pub fn fenced(&self, fence: Fence) -> Transport {
+        Transport {
+            config: self.config.clone(),
+            endpoints: self.endpoints.clone(),
+            http: self.http.clone(),
+            credentials: self.credentials.clone(),
+            tokens: self.tokens.clone(),
+            fence: Some(fence),
+        }
+    }
+
+    pub fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
     }
 
     pub fn retry_policy(&self) -> &RetryPolicy {
@@ -192,6 +213,9 @@ impl Transport {
     /// Sends `call` once with a token; a 401 is answered by refreshing the
     /// token (once) and resending.
     pub async fn attempt(&self, call: &Call) -> Result<Reply, Error> {
+        if let Some(fence) = &self.fence {
+            fence.check()?;
+        }
         let token = self.token().await?;
         match self.send_with(call, &token).await {
             Err(Error::Unauthorized { .. }) => {

@@ -136,14 +136,17 @@ impl Cluster {
             .collect())
     }
 
-    /// Holder of the leader-election Lease.
-    pub async fn lease_holder(&self) -> Option<String> {
+    /// The leader-election Lease.
+    pub async fn lease(&self) -> Option<Lease> {
         Api::<Lease>::namespaced(self.kube.clone(), NAMESPACE)
             .get_opt("karpenter-leader-election")
             .await
-            .ok()??
-            .spec?
-            .holder_identity
+            .ok()?
+    }
+
+    /// Holder of the leader-election Lease.
+    pub async fn lease_holder(&self) -> Option<String> {
+        self.lease().await?.spec?.holder_identity
     }
 
     /// One line per NodeClaim, Node and demo pod, like the guide's three `kubectl get`s.

@@ -76,6 +76,15 @@ impl Cluster {
 
     /// A kubeconfig with a token of the chart's ServiceAccount (what the pod would mount).
     pub fn service_account_kubeconfig(&self) -> anyhow::Result<PathBuf> {
+        self.service_account_kubeconfig_via(self.cp.server_url(), "controller")
+    }
+
+    /// The same, reaching the API server at `server` (a proxy on the way, say).
+    pub fn service_account_kubeconfig_via(
+        &self,
+        server: &str,
+        name: &str,
+    ) -> anyhow::Result<PathBuf> {
         let token = self.kubectl(
             &[
                 "-n",
@@ -90,10 +99,10 @@ impl Cluster {
         )?;
         let ca = self.work.path().join("ca.crt");
         std::fs::write(&ca, self.cp.ca_pem())?;
-        let path = self.work.path().join("controller.kubeconfig");
+        let path = self.work.path().join(format!("{name}.kubeconfig"));
         let config = serde_json::json!({
             "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {"server": self.cp.server_url(), "certificate-authority": ca}}],
+            "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": ca}}],
             "users": [{"name": "controller", "user": {"token": token.trim()}}],
             "contexts": [{"name": "controller", "context": {"cluster": "local", "user": "controller"}}],
             "current-context": "controller",
@@ -111,6 +120,19 @@ impl Cluster {
         pod_name: &str,
         overrides: &[(&str, &str)],
     ) -> anyhow::Result<Controller> {
+        let kubeconfig = self.service_account_kubeconfig()?;
+        self.spawn_controller_with(binary, pod_name, overrides, &kubeconfig)
+            .await
+    }
+
+    /// [`Cluster::spawn_controller`] with its own kubeconfig.
+    pub async fn spawn_controller_with(
+        &self,
+        binary: &Path,
+        pod_name: &str,
+        overrides: &[(&str, &str)],
+        kubeconfig: &Path,
+    ) -> anyhow::Result<Controller> {
         let mut env = self.controller_env(pod_name).await?;
         let (metrics_port, health_port) = (free_port(), free_port());
         env.insert("METRICS_PORT".into(), metrics_port.to_string());
@@ -121,13 +143,12 @@ impl Cluster {
         for (k, v) in overrides {
             env.insert((*k).into(), (*v).into());
         }
-        let kubeconfig = self.service_account_kubeconfig()?;
         let log = self.work.path().join(format!("{pod_name}.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(binary)
             .env_clear()
             .envs(&env)
-            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)

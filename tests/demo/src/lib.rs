@@ -14,12 +14,14 @@ mod controller;
 mod install;
 mod kubelet;
 mod plugins;
+mod proxy;
 mod tools;
 
 pub use cluster::*;
 pub use controller::*;
 pub use kubelet::*;
 pub use plugins::*;
+pub use proxy::Proxy;
 pub use tools::*;
 
 pub const NAMESPACE: &str = "karpenter-kakaocloud";

@@ -765,3 +765,43 @@ async fn credentials_and_tokens_never_appear_in_debug_errors_or_logs() {
     }
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_fenced_client_sends_nothing_once_its_fence_closes() {
+    let (sim, client) = start(fast()).await;
+    let fence = kakaocloud::Fence::closed();
+    let fenced = client.fenced(fence.clone());
+    let requests = || sim.request_counts().values().sum::<usize>();
+
+    let before = requests();
+    assert!(matches!(fenced.flavors().list().await, Err(Error::Fenced)));
+    assert!(matches!(fenced.authenticate().await, Err(Error::Fenced)));
+    assert_eq!(requests(), before, "closed: not even a token request");
+
+    fence.open_until(std::time::Instant::now() + Duration::from_secs(60));
+    assert!(!fenced.flavors().list().await.unwrap().is_empty());
+    assert!(requests() > before);
+
+    // Closing at a deadline (what a leader's missed renewal does): nothing after it.
+    fence.open_until(std::time::Instant::now() + Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let closed = requests();
+    assert!(matches!(
+        fenced.instances().create(&spec("kk-fenced")).await,
+        Err(Error::Fenced)
+    ));
+    assert!(matches!(
+        fenced.instances().list(&InstanceFilter::default()).await,
+        Err(Error::Fenced)
+    ));
+    assert_eq!(requests(), closed);
+    assert!(sim.instances().is_empty(), "nothing created");
+    // The unfenced client it came from is not affected.
+    assert!(
+        client
+            .instances()
+            .list(&InstanceFilter::default())
+            .await
+            .is_ok()
+    );
+}
