@@ -4,7 +4,7 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::crd::{KCNodeClassSpec, NodePoolSpec};
+use crate::crd::{HyperThreading, KCNodeClassSpec, NodePoolSpec};
 
 /// Version of [`nodepool_hash`]; hashes of different versions are never compared.
 pub const NODEPOOL_HASH_VERSION: &str = "v3";
@@ -31,12 +31,18 @@ pub fn nodepool_hash(spec: &NodePoolSpec) -> String {
 
 /// Hash of the KCNodeClass fields that shape an instance.
 pub fn nodeclass_hash(spec: &KCNodeClassSpec) -> String {
-    short_hash(&(
+    let fields = (
         &spec.subnet_selector_terms,
         &spec.security_group_selector_terms,
         &spec.root_volume,
         &spec.bootstrap,
         &spec.key_name,
         &spec.tags,
-    ))
+    );
+    // Hyper-threading joins the hash only when it departs from the default, so classes
+    // written before the field existed keep their hash and their nodes do not drift.
+    match spec.hyper_threading() {
+        HyperThreading::Enabled => short_hash(&fields),
+        disabled => short_hash(&(fields, disabled)),
+    }
 }

@@ -140,6 +140,8 @@ impl Collector {
                 .delete_owned(&id, &keyring, &self.cluster_name, &claim)
                 .await
             {
+                // Already being deleted: counted when it was requested.
+                Ok((kakaocloud::DeleteOutcome::InProgress, _)) => {}
                 Ok(_)
                 | Err(kakaocloud::DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => {
                     match leak {

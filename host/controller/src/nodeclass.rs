@@ -842,6 +842,7 @@ mod tests {
             name: format!("ubuntu-22.04-{package}"),
             architecture: "x86_64".into(),
             is_gpu_type: false,
+            k8s_version: None,
             instance_type: "vm".into(),
             kernel_version: String::new(),
             key_package: package.into(),
@@ -921,6 +922,7 @@ mod tests {
             key_name: None,
             tags: Default::default(),
             plugins: None,
+            hyper_threading: None,
         }
     }
 

@@ -2,11 +2,17 @@
 //!
 //! This is the one place that knows the wire format: the client serialises
 //! from these types and the simulator (`tests/kakaocloud-sim`) serves them, so
-//! a correction to a shape is one edit here. Sources and confidence for each
-//! shape are in `docs/kakaocloud-api.md`; field names follow the public
-//! `kakaoenterprise/kc-sdk-go` models (generated from KakaoCloud's OpenAPI).
-//! Optional response fields are `#[serde(default)]` so an older or newer
-//! server that omits them still decodes.
+//! a correction to a shape is one edit here. Each type names the official model
+//! it follows: the models of `kakaoenterprise/kc-sdk-go` v1.3.0 (generated from
+//! KakaoCloud's OpenAPI), transcribed in `contract/official.models`, against which
+//! the contract tests hold both the client and the simulator. Sources and
+//! confidence per endpoint are in `docs/kakaocloud-api.md`.
+//!
+//! Decoding is as tolerant as the schema: a field the schema makes optional or
+//! nullable is `Option` (nullable lists too: `null` is not `[]`), unknown fields
+//! are ignored, and enum values this code does not know become `Other(..)`
+//! (logged once), never an error. Only the fields the controller uses are
+//! modelled; the simulator serves them with explicit nulls where allowed.
 
 use std::collections::BTreeMap;
 
@@ -110,79 +116,129 @@ impl TokenRequest {
     }
 }
 
-/// Body of the token response; the token itself is in `X-Subject-Token`.
+/// Body of the token response (official IAM `TokenResponse`); the token itself is in
+/// `X-Subject-Token`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenResponse {
+    #[serde(default)]
     pub token: TokenBody,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Official IAM `Token` (the fields used here; every field is optional in the schema).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TokenBody {
     /// RFC 3339.
-    pub expires_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     /// RFC 3339.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issued_at: Option<String>,
     #[serde(default)]
     pub methods: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<TokenProject>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenProject {
-    pub id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
-/// Keystone-style error body of IAM.
+/// Keystone error body of IAM (official `KeystoneError`; no IAM operation of the SDK names
+/// an error model, so this shape is the model's, not a confirmed answer).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IamErrorBody {
+    #[serde(default)]
     pub error: IamError,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Official `KeystoneErrorError`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct IamError {
-    pub code: u16,
-    pub message: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
 }
 
 // ---------------------------------------------------------------- common
 
-/// Error body of the bcs, VPC, Network, Image and Kubernetes Engine services.
+/// Error body of the bcs, VPC, Network, Image and Kubernetes Engine services (official
+/// `ErrorResponseModel`, decoded by the SDK for 400, 401, 403, 404, 409 and 500).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+/// Official `ErrorResponseSubModel`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
 }
 
-/// Error codes the simulator emits and the client recognises (inferred).
+/// FastAPI's request validation answer (official `HTTPValidationError`, status 422).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidationErrorBody {
+    #[serde(default)]
+    pub detail: Vec<ValidationError>,
+}
+
+/// Official `ValidationError`: where (`["body", "instance", "name"]`), what, and its kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidationError {
+    pub loc: Vec<serde_json::Value>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+impl ValidationErrorBody {
+    /// `body.instance.name: field required; ...`.
+    pub fn summary(&self) -> String {
+        self.detail
+            .iter()
+            .map(|d| {
+                let loc: Vec<String> = d
+                    .loc
+                    .iter()
+                    .map(|l| l.as_str().map_or_else(|| l.to_string(), str::to_owned))
+                    .collect();
+                format!("{}: {}", loc.join("."), d.msg)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Error codes the simulator emits and the client recognises. Nothing public lists
+/// KakaoCloud's codes (the schema's `code` is a free string), so these are inferred; the client
+/// tells quota and capacity apart by code or message, whichever carries the word.
 pub mod error_codes {
     pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
     pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
     pub const NOT_FOUND: &str = "NotFound";
     pub const UNAUTHORIZED: &str = "Unauthorized";
     pub const INVALID_INPUT: &str = "InvalidInput";
+    pub const CONFLICT: &str = "Conflict";
     pub const TOO_MANY_REQUESTS: &str = "TooManyRequests";
     pub const INTERNAL: &str = "InternalServerError";
 }
 
-/// Offset pagination block of every list response.
+/// Offset pagination block of every list response (official `PaginationModel`: required in
+/// each list answer, its fields optional).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Pagination {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }
 
@@ -211,14 +267,24 @@ macro_rules! page {
     };
 }
 
+/// `null` decodes like an absent field (for fields whose default is their empty value).
+pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 // ---------------------------------------------------------------- bcs: instances
 
-/// Instance status as reported in `status`.
+/// Instance status as reported in `status` (a free string in the official model).
 ///
-/// Written in Nova's upper-case spelling (`BUILD`, `ACTIVE`, `ERROR`,
-/// `DELETED`, ...), which the simulator serves. Parsing is case-insensitive
-/// and accepts the long forms (`building`, `Active`) too, because no public
-/// source pins KakaoCloud's exact spelling (see `docs/kakaocloud-api.md`).
+/// The official Terraform provider's constants are lower case (`active`, `stopped`,
+/// `shelved_offloaded`, `error`), and so is what the simulator serves. No public source names
+/// the states while building or deleting; `building` and `deleting` follow the `vm_state`
+/// values. Parsing is case-insensitive and also accepts Nova's spellings (`BUILD`, `SHUTOFF`);
+/// anything else is kept as [`InstanceStatus::Other`] and logged once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum InstanceStatus {
     Building,
@@ -227,7 +293,7 @@ pub enum InstanceStatus {
     Error,
     Deleting,
     Deleted,
-    /// Any status this code does not know yet; kept, not rejected.
+    /// Any status this code does not know yet (e.g. `shelved_offloaded`); kept, not rejected.
     Other(String),
 }
 
@@ -235,12 +301,12 @@ impl InstanceStatus {
     /// Wire spelling.
     pub fn as_str(&self) -> &str {
         match self {
-            InstanceStatus::Building => "BUILD",
-            InstanceStatus::Active => "ACTIVE",
-            InstanceStatus::Stopped => "SHUTOFF",
-            InstanceStatus::Error => "ERROR",
-            InstanceStatus::Deleting => "DELETING",
-            InstanceStatus::Deleted => "DELETED",
+            InstanceStatus::Building => "building",
+            InstanceStatus::Active => "active",
+            InstanceStatus::Stopped => "stopped",
+            InstanceStatus::Error => "error",
+            InstanceStatus::Deleting => "deleting",
+            InstanceStatus::Deleted => "deleted",
             InstanceStatus::Other(s) => s,
         }
     }
@@ -254,7 +320,10 @@ impl InstanceStatus {
             "error" => InstanceStatus::Error,
             "deleting" => InstanceStatus::Deleting,
             "deleted" | "soft_deleted" => InstanceStatus::Deleted,
-            _ => InstanceStatus::Other(raw.to_string()),
+            _ => {
+                unknown_value("instance status", raw);
+                InstanceStatus::Other(raw.to_string())
+            }
         }
     }
 
@@ -283,13 +352,77 @@ impl<'de> Deserialize<'de> for InstanceStatus {
     }
 }
 
-/// Body of `POST /api/v1/instances`.
+/// Flavor and image `instance_type`: official enum `vm | bm | gpu`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum InstanceKind {
+    Vm,
+    /// Bare metal.
+    Bm,
+    Gpu,
+    /// A value the official enum does not list yet; kept and logged once.
+    Other(String),
+}
+
+impl InstanceKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            InstanceKind::Vm => "vm",
+            InstanceKind::Bm => "bm",
+            InstanceKind::Gpu => "gpu",
+            InstanceKind::Other(s) => s,
+        }
+    }
+
+    pub fn parse(raw: &str) -> InstanceKind {
+        match raw {
+            "vm" => InstanceKind::Vm,
+            "bm" => InstanceKind::Bm,
+            "gpu" => InstanceKind::Gpu,
+            other => {
+                unknown_value("instance_type", other);
+                InstanceKind::Other(other.to_owned())
+            }
+        }
+    }
+}
+
+impl Serialize for InstanceKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for InstanceKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok(InstanceKind::parse(&raw))
+    }
+}
+
+/// Logs an enum value this code does not know, once per value (a list decoded every few
+/// seconds must not flood the log).
+fn unknown_value(what: &'static str, raw: &str) {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static SEEN: Mutex<BTreeSet<(&'static str, String)>> = Mutex::new(BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    // Bounded: a server inventing values cannot grow this without end.
+    if seen.len() < 256 && seen.insert((what, raw.to_owned())) {
+        tracing::warn!(
+            field = what,
+            value = raw,
+            "KakaoCloud sent a value this version does not know; kept as is"
+        );
+    }
+}
+
+/// Body of `POST /api/v1/instances` (official `BodyCreateInstance`).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CreateInstanceBody {
     pub instance: CreateInstance,
 }
 
-/// Not `Debug`: `user_data` carries the bootstrap token.
+/// Official `CreateInstanceModel`. Not `Debug`: `user_data` carries the bootstrap token.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CreateInstance {
     pub name: String,
@@ -309,19 +442,26 @@ pub struct CreateInstance {
     /// Base64 of the cloud-init document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// Turns hyper-threading off on flavors that can (`is_hyper_threading_disable_supported`).
+    /// The schema's default is `true`, so it is always sent, chosen by the KCNodeClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_disable_hyper_threading: Option<bool>,
 }
 
+/// Official `CreateInstanceSubnetModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CreateInstanceSubnet {
     pub id: String,
 }
 
+/// Official `CreateInstanceVolumeModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CreateInstanceVolume {
     /// GiB, 1..=16384.
     pub size: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_delete_on_termination: Option<bool>,
+    /// `image`, `blank` or `volume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -330,31 +470,38 @@ pub struct CreateInstanceVolume {
     pub type_id: Option<String>,
 }
 
-/// Security groups are referenced by name on create.
+/// Security groups are referenced by name on create (official
+/// `CreateInstanceSecurityGroupModel`, also in the create and update answers).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SecurityGroupRef {
     pub name: String,
 }
 
-/// Response of `POST /api/v1/instances`.
+/// Response of `POST /api/v1/instances` (official `ResponseCreateInstanceModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateInstanceResponse {
     pub instance: CreatedInstance,
 }
 
+/// Official `BcsInstanceV1ApiCreateInstanceModelInstanceModel`. Its `admin_pass` is a
+/// credential and is deliberately not modelled (never decoded, never kept).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreatedInstance {
     pub id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub security_groups: Vec<SecurityGroupRef>,
+    /// Required by the schema (`AUTO` or `MANUAL`); unused here.
+    #[serde(default)]
+    pub disk_config: Option<String>,
 }
 
-/// Body of `PUT /api/v1/instances/{id}`.
+/// Body of `PUT /api/v1/instances/{id}` (official `BodyUpdateInstance`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UpdateInstanceBody {
     pub instance: UpdateInstance,
 }
 
+/// Official `EditInstanceModel`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UpdateInstance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -363,13 +510,64 @@ pub struct UpdateInstance {
     pub description: Option<String>,
 }
 
-/// Response of `GET`/`PUT /api/v1/instances/{id}`.
+/// Response of `GET /api/v1/instances/{id}` (official `ResponseInstanceModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceResponse {
     pub instance: Instance,
 }
 
-/// An instance as listed or described.
+/// Response of `PUT /api/v1/instances/{id}` (official `InstanceModelResponse`): another shape
+/// than `GET`'s (flavor without `id`, security groups by name, no `status` or `image`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UpdatedInstanceResponse {
+    pub instance: UpdatedInstance,
+}
+
+/// Official `BcsInstanceV1ApiUpdateInstanceModelInstanceModel` (the fields used here). The
+/// schema requires most of them; they are `Option` so that a server leaving one out does not
+/// fail a call whose change was already saved.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpdatedInstance {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub project_id: Option<String>,
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub flavor: Option<UpdatedInstanceFlavor>,
+    #[serde(default)]
+    pub availability_zone: Option<String>,
+    #[serde(default)]
+    pub vm_state: Option<String>,
+    #[serde(default)]
+    pub security_groups: Option<Vec<SecurityGroupRef>>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+/// Official `BcsInstanceV1ApiUpdateInstanceModelInstanceFlavorModel`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpdatedInstanceFlavor {
+    #[serde(default)]
+    pub vcpus: Option<u32>,
+    /// MiB.
+    #[serde(default)]
+    pub ram: Option<u64>,
+    /// GiB.
+    #[serde(default)]
+    pub disk: Option<u32>,
+    #[serde(default)]
+    pub original_name: Option<String>,
+}
+
+/// An instance as listed or described (official `BcsInstanceV1ApiGetInstanceModelInstanceModel`
+/// and `...ListInstancesModelInstanceModel`, which have the same fields).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Instance {
     pub id: String,
@@ -380,11 +578,19 @@ pub struct Instance {
     #[serde(default)]
     pub flavor: Option<InstanceFlavor>,
     #[serde(default)]
-    pub addresses: Vec<InstanceAddress>,
+    pub addresses: Option<Vec<InstanceAddress>>,
+    #[serde(default)]
+    pub is_hyper_threading: Option<bool>,
     #[serde(default)]
     pub image: Option<InstanceImage>,
     #[serde(default)]
     pub vm_state: Option<String>,
+    #[serde(default)]
+    pub task_state: Option<String>,
+    /// Official enum `NOSTATE | RUNNING | PAUSED | SHUTDOWN | CRASHED | SUSPENDED`; kept as
+    /// text because nothing here acts on it.
+    #[serde(default)]
+    pub power_state: Option<String>,
     #[serde(default)]
     pub status: Option<InstanceStatus>,
     #[serde(default)]
@@ -396,9 +602,10 @@ pub struct Instance {
     #[serde(default)]
     pub availability_zone: Option<String>,
     #[serde(default)]
-    pub attached_volumes: Vec<AttachedVolume>,
+    pub attached_volumes: Option<Vec<AttachedVolume>>,
     #[serde(default)]
-    pub security_groups: Vec<InstanceSecurityGroup>,
+    pub security_groups: Option<Vec<InstanceSecurityGroup>>,
+    /// A free string in the instance models (`vm`, `bm`, ...).
     #[serde(default)]
     pub instance_type: Option<String>,
     /// RFC 3339.
@@ -408,6 +615,7 @@ pub struct Instance {
     pub updated_at: Option<String>,
 }
 
+/// Official `...InstanceFlavorModel` of the instance models.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct InstanceFlavor {
     pub id: String,
@@ -417,6 +625,10 @@ pub struct InstanceFlavor {
     pub vcpus: Option<u32>,
     #[serde(default)]
     pub memory_mb: Option<u64>,
+    #[serde(default)]
+    pub hw_type: Option<String>,
+    #[serde(default)]
+    pub hw_count: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -439,6 +651,7 @@ pub struct InstanceImage {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AttachedVolume {
     pub id: String,
+    /// Required in the `GET` and list models.
     pub size: u32,
     #[serde(default)]
     pub is_delete_on_termination: Option<bool>,
@@ -457,7 +670,7 @@ page!(InstanceList, instances, Instance);
 
 // ---------------------------------------------------------------- bcs: flavors, key pairs
 
-/// An instance type.
+/// An instance type (official `BcsInstanceV1ApiListInstanceTypesModelFlavorModel`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Flavor {
     pub id: String,
@@ -473,9 +686,8 @@ pub struct Flavor {
     pub manufacturer: Option<String>,
     #[serde(default)]
     pub group: Option<String>,
-    /// `vm` or `bm`.
     #[serde(default)]
-    pub instance_type: Option<String>,
+    pub instance_type: Option<InstanceKind>,
     #[serde(default)]
     pub instance_family: Option<String>,
     #[serde(default)]
@@ -485,19 +697,39 @@ pub struct Flavor {
     #[serde(default)]
     pub processor: Option<String>,
     #[serde(default)]
-    pub availability_zone: Vec<String>,
+    pub availability_zone: Option<Vec<String>>,
     /// Launchable count per availability zone: the capacity signal.
     #[serde(default)]
-    pub available: BTreeMap<String, u32>,
+    pub available: Option<BTreeMap<String, u32>>,
     #[serde(default)]
     pub root_gb: Option<u32>,
-    /// Accelerator count and kind (`GPU`, `NPU`) when present.
+    /// Accelerator count, kind (`GPU`, `NPU`) and model (e.g. `A100`) when present.
     #[serde(default)]
     pub hw_count: Option<u32>,
     #[serde(default)]
     pub hw_type: Option<String>,
     #[serde(default)]
     pub hw_name: Option<String>,
+    #[serde(default)]
+    pub is_hyper_threading_supported: Option<bool>,
+    /// Hyper-threading is off on this flavor unless asked otherwise.
+    #[serde(default)]
+    pub is_hyper_threading_disabled: Option<bool>,
+    /// `is_disable_hyper_threading` on create has an effect.
+    #[serde(default)]
+    pub is_hyper_threading_disable_supported: Option<bool>,
+}
+
+impl Flavor {
+    /// Zones offering this flavor (none when the server sent `null`).
+    pub fn zones(&self) -> &[String] {
+        self.availability_zone.as_deref().unwrap_or_default()
+    }
+
+    /// Launchable count in `zone`, if the server reported one.
+    pub fn available_in(&self, zone: &str) -> Option<u32> {
+        self.available.as_ref()?.get(zone).copied()
+    }
 }
 
 page!(FlavorList, flavors, Flavor);
@@ -571,7 +803,7 @@ pub struct Image {
     #[serde(default)]
     pub min_disk: Option<u32>,
     #[serde(default)]
-    pub instance_type: Option<String>,
+    pub instance_type: Option<InstanceKind>,
     #[serde(default)]
     pub os_info: Option<ImageOsInfo>,
 }
@@ -590,18 +822,27 @@ page!(ImageList, images, Image);
 
 // ---------------------------------------------------------------- Kubernetes Engine
 
-/// `GET /api/v1/clusters/{name}`.
+// The Kubernetes Engine models make almost every field required and none of them are
+// paginated. Fields the controller does not need still decode with defaults, so a server that
+// leaves one out does not stop the controller.
+
+/// `GET /api/v1/clusters/{name}` (official `GetK8sClusterResponseModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterResponse {
     pub cluster: Cluster,
 }
 
+/// Official `KubernetesEngineV1ApiGetClusterModelClusterResponseModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Cluster {
     pub id: String,
     pub name: String,
     #[serde(default)]
     pub description: String,
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub is_allocate_fip: bool,
     pub version: ClusterVersion,
     pub status: ClusterStatus,
     #[serde(default)]
@@ -610,9 +851,36 @@ pub struct Cluster {
     pub is_upgradable: bool,
     pub vpc_info: VpcInfo,
     #[serde(default)]
+    pub network: Option<ClusterNetwork>,
+    #[serde(default)]
     pub control_plane_endpoint: Option<ControlPlaneEndpoint>,
+    #[serde(default)]
+    pub creator_info: CreatorInfo,
+    #[serde(default)]
+    pub created_at: Option<String>,
 }
 
+/// Official `ClusterNetworkResponseModel`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClusterNetwork {
+    /// `cilium` or `calico`.
+    pub cni: String,
+    #[serde(default)]
+    pub pod_cidr: String,
+    #[serde(default)]
+    pub service_cidr: String,
+}
+
+/// Official `CreatorInfoResponseModel`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CreatorInfo {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Official `OMTInfoResponseModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClusterVersion {
     /// `1.35`.
@@ -627,6 +895,7 @@ pub struct ClusterVersion {
     pub next_version: String,
 }
 
+/// Official `...GetClusterModelStatusResponseModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClusterStatus {
     /// `Pending`, `Provisioning`, `Provisioned`, `Updating`, `Deleting`, `Failed`.
@@ -655,7 +924,7 @@ pub struct ControlPlaneEndpoint {
     pub port: u16,
 }
 
-/// `GET /api/v1/versions`.
+/// `GET /api/v1/versions` (official `GetK8sUpgradeVersionsResponseModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VersionList {
     pub versions: Vec<KubernetesVersion>,
@@ -673,16 +942,22 @@ pub struct KubernetesVersion {
     pub next_version: String,
 }
 
-/// `GET /api/v1/images?k8s_version=` on Kubernetes Engine: worker images.
+/// `GET /api/v1/images?k8s_version=` on Kubernetes Engine: worker images (official
+/// `GetK8sImagesResponseModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerImageList {
     pub images: Vec<WorkerImage>,
 }
 
+/// Official `ImageResponseModel` (and, in node pools, `ImageInfoResponseModel`, the same
+/// without `k8s_version`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WorkerImage {
     pub id: String,
     pub name: String,
+    /// e.g. `1.35`; only in the image list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s_version: Option<String>,
     #[serde(default)]
     pub architecture: String,
     #[serde(default)]
@@ -703,12 +978,13 @@ pub struct WorkerImage {
     pub os_version: String,
 }
 
-/// `GET /api/v1/clusters/{name}/node-pools`.
+/// `GET /api/v1/clusters/{name}/node-pools` (official `GetK8sClusterNodePoolsResponseModel`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodePoolList {
     pub node_pools: Vec<NodePool>,
 }
 
+/// Official `KubernetesEngineV1ApiListNodePoolsModelNodePoolResponseModel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NodePool {
     pub id: String,
@@ -716,6 +992,24 @@ pub struct NodePool {
     pub cluster_name: String,
     #[serde(default)]
     pub description: String,
+    #[serde(default)]
+    pub autoscaling: NodePoolAutoscaling,
+    #[serde(default)]
+    pub is_cordon: bool,
+    #[serde(default)]
+    pub is_upgradable: bool,
+    #[serde(default)]
+    pub is_hyper_threading: bool,
+    #[serde(default)]
+    pub created_at: String,
+    #[serde(default)]
+    pub failure_message: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<NodePoolLabel>,
+    #[serde(default)]
+    pub taints: Vec<NodePoolTaint>,
+    #[serde(default)]
+    pub user_data: Option<String>,
     pub flavor: String,
     #[serde(default)]
     pub flavor_id: String,
@@ -735,6 +1029,30 @@ pub struct NodePool {
     pub vpc_info: VpcInfo,
 }
 
+/// Official `...AutoscalingResponseModel` (the flag; the bounds are left out).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodePoolAutoscaling {
+    #[serde(default)]
+    pub is_autoscaler_enable: bool,
+}
+
+/// Official `LabelInfoResponseModel`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodePoolLabel {
+    pub key: String,
+    pub value: String,
+}
+
+/// Official `...TaintInfoResponseModel`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodePoolTaint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+/// Official `...StatusInfoResponseModel`; `phase` is one of `Pending`, `ScalingUp`,
+/// `ScalingDown`, `Running`, `Failed`, `Deleting`, `Updating`, `Running (Scheduling Disable)`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NodePoolStatus {
     pub phase: String,
@@ -827,8 +1145,12 @@ mod tests {
         assert_eq!(s, InstanceStatus::Building);
         assert_eq!(
             serde_json::to_string(&InstanceStatus::Building).unwrap(),
-            "\"BUILD\""
+            "\"building\""
         );
+        let k: InstanceKind = serde_json::from_str("\"gpu\"").unwrap();
+        assert_eq!(k, InstanceKind::Gpu);
+        let k: InstanceKind = serde_json::from_str("\"npu\"").unwrap();
+        assert_eq!(k, InstanceKind::Other("npu".into()));
     }
 
     #[test]

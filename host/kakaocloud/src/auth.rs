@@ -76,8 +76,16 @@ pub(crate) fn refresh_at(now: Instant, lifetime: Duration, margin: Duration) -> 
 
 /// Lifetime of a token from its response body. The server's own `issued_at`
 /// is preferred to our clock, so clock skew does not shorten or stretch it.
+/// Lifetime assumed for a token whose answer has no `expires_at`.
+pub(crate) const UNKNOWN_LIFETIME: Duration = Duration::from_secs(300);
+
 pub(crate) fn token_lifetime(body: &TokenResponse) -> Result<Duration, Error> {
-    let expires = parse_time(&body.token.expires_at)?;
+    // The official model makes `expires_at` optional; without it the token is used briefly
+    // and then reissued rather than trusted for an unknown time.
+    let Some(expires_at) = &body.token.expires_at else {
+        return Ok(UNKNOWN_LIFETIME);
+    };
+    let expires = parse_time(expires_at)?;
     let issued = match &body.token.issued_at {
         Some(t) => parse_time(t)?,
         None => jiff::Timestamp::now(),

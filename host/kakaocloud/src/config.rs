@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Url;
 
@@ -67,22 +67,49 @@ impl Service {
 }
 
 /// Retry and timeout policy for every call.
+///
+/// Throttling (429) is retried for as long as `throttle_budget` allows, not a number of times:
+/// the official Terraform provider keeps retrying 429 (every second, bounded only by the
+/// operation's timeout), so a burst of throttling is normal and must not fail a launch. Other
+/// retryable failures (5xx, transport) are bounded by `max_attempts`.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
-    /// Attempts in total, including the first.
+    /// Attempts in total, including the first, for 5xx and transport failures.
     pub max_attempts: u32,
+    /// How long throttled calls keep being retried, counted from the first attempt. A
+    /// `Retry-After` that would end past it ends the call at once (with that hint).
+    pub throttle_budget: Duration,
     /// First backoff; doubles each attempt, with full jitter.
     pub base_delay: Duration,
-    /// Upper bound of one backoff (and of an honoured `Retry-After`).
+    /// Upper bound of one backoff (a `Retry-After` is bounded by the throttle budget instead).
     pub max_delay: Duration,
     /// Per-request timeout (connect + response).
     pub request_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// How long to wait before attempt `attempt + 1` of a call first sent at `started`, or
+    /// `None` to give up with `err`.
+    pub fn next_delay(&self, attempt: u32, started: Instant, err: &Error) -> Option<Duration> {
+        if !err.is_retryable() {
+            return None;
+        }
+        let delay = crate::transport::backoff(self, attempt, err);
+        match err {
+            Error::Throttled { retry_after } => {
+                let wait = retry_after.unwrap_or(delay);
+                (started.elapsed().saturating_add(wait) <= self.throttle_budget).then_some(delay)
+            }
+            _ => (attempt < self.max_attempts).then_some(delay),
+        }
+    }
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             max_attempts: 5,
+            throttle_budget: Duration::from_secs(120),
             base_delay: Duration::from_millis(200),
             max_delay: Duration::from_secs(20),
             request_timeout: Duration::from_secs(30),

@@ -6,13 +6,13 @@ use reqwest::Method;
 
 use super::api::{
     self, CreateInstance, CreateInstanceBody, CreateInstanceResponse, CreateInstanceSubnet,
-    CreateInstanceVolume, Instance, InstanceList, InstanceResponse, SecurityGroupRef,
-    UpdateInstance, UpdateInstanceBody,
+    CreateInstanceVolume, Instance, InstanceList, InstanceResponse, InstanceStatus,
+    SecurityGroupRef, UpdateInstance, UpdateInstanceBody, UpdatedInstance, UpdatedInstanceResponse,
 };
 use super::config::Service;
 use super::error::Error;
 use super::naming;
-use super::transport::{Call, Transport, backoff};
+use super::transport::{Call, Transport};
 use crate::ownership::{self, Keyring, Owner, VerifyError};
 
 /// What to launch. Not `Debug`: `user_data` carries a bootstrap token.
@@ -32,6 +32,9 @@ pub struct LaunchSpec {
     pub user_data: Option<String>,
     pub availability_zone: Option<String>,
     pub description: Option<String>,
+    /// Sent as `is_disable_hyper_threading` (the schema defaults it to `true` when left out,
+    /// so it is always sent).
+    pub disable_hyper_threading: bool,
 }
 
 /// Server-side filters of the list call (`name` matches as a substring).
@@ -43,12 +46,23 @@ pub struct InstanceFilter {
     pub id: Option<String>,
 }
 
-/// Result of a delete.
+/// Result of a delete. Only [`DeleteOutcome::Gone`] means the instance no longer exists: like
+/// the official Terraform provider, callers confirm a deletion by asking again until the
+/// instance is not found (404), so a NodeClaim is never released while its instance still bills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
-    Deleted,
-    /// It was already gone (for example, an earlier attempt succeeded).
-    AlreadyGone,
+    /// The delete was accepted; the instance still exists until the server finishes.
+    Requested,
+    /// The instance is already being deleted (no new request was sent).
+    InProgress,
+    /// It is gone (404, or the server reports it deleted).
+    Gone,
+}
+
+impl DeleteOutcome {
+    pub fn is_gone(self) -> bool {
+        self == DeleteOutcome::Gone
+    }
 }
 
 /// Instance calls; obtained from [`super::Client::instances`].
@@ -81,6 +95,7 @@ impl Instances<'_> {
         .with_method(Method::POST)
         .with_body(&create_body(spec))?;
         let policy = self.transport.retry_policy().clone();
+        let first = std::time::Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -108,11 +123,10 @@ impl Instances<'_> {
                     }
                 }
             }
-            if !err.is_retryable() || attempt >= policy.max_attempts {
+            let Some(delay) = policy.next_delay(attempt, first, &err) else {
                 tracing::warn!(name = %spec.name, attempt, error = %err, "instance create failed");
                 return Err(err);
-            }
-            let delay = backoff(&policy, attempt, &err);
+            };
             tracing::warn!(name = %spec.name, attempt, error = %err, ?delay, "retrying instance create");
             tokio::time::sleep(delay).await;
         }
@@ -163,8 +177,13 @@ impl Instances<'_> {
         Ok(reply.json::<InstanceResponse>()?.instance)
     }
 
-    /// Replaces the description (used for the ownership tag).
-    pub async fn update_description(&self, id: &str, description: &str) -> Result<Instance, Error> {
+    /// Replaces the description (used for the ownership tag). Answers with the `PUT` model,
+    /// which is not the `GET` one (see [`api::UpdatedInstance`]).
+    pub async fn update_description(
+        &self,
+        id: &str,
+        description: &str,
+    ) -> Result<UpdatedInstance, Error> {
         let chars = description.chars().count();
         if chars > api::INSTANCE_DESCRIPTION_MAX {
             return Err(Error::InvalidInput {
@@ -188,7 +207,7 @@ impl Instances<'_> {
         .with_method(Method::PUT)
         .with_body(&body)?;
         let reply = self.transport.idempotent(&call).await?;
-        Ok(reply.json::<InstanceResponse>()?.instance)
+        Ok(reply.json::<UpdatedInstanceResponse>()?.instance)
     }
 
     /// Deletes by ID without any ownership check: private, so every delete of the controller
@@ -202,17 +221,18 @@ impl Instances<'_> {
         .with_method(Method::DELETE);
         match self.transport.idempotent(&call).await {
             Ok(_) => {
-                tracing::info!(id, "instance deleted");
-                Ok(DeleteOutcome::Deleted)
+                tracing::info!(id, "instance delete requested");
+                Ok(DeleteOutcome::Requested)
             }
-            Err(Error::NotFound { .. }) => Ok(DeleteOutcome::AlreadyGone),
+            Err(Error::NotFound { .. }) => Ok(DeleteOutcome::Gone),
             Err(err) => Err(err),
         }
     }
 
     /// Deletes the instance only if its description carries an ownership tag that verifies for
     /// `cluster` under `keyring` and names `nodeclaim` (or, for an instance never tagged, that
-    /// claim's create marker under its deterministic name). Returns who owned it.
+    /// claim's create marker under its deterministic name). Returns who owned it. An instance
+    /// already being deleted is not sent another delete; one not found is `Err(Api(NotFound))`.
     pub async fn delete_owned(
         &self,
         id: &str,
@@ -240,10 +260,14 @@ impl Instances<'_> {
                 expected: nodeclaim.to_owned(),
             }));
         }
-        let outcome = self
-            .delete_unverified(id)
-            .await
-            .map_err(DeleteOwnedError::Api)?;
+        let outcome = match instance.status.as_ref() {
+            Some(InstanceStatus::Deleted) => DeleteOutcome::Gone,
+            Some(InstanceStatus::Deleting) => DeleteOutcome::InProgress,
+            _ => self
+                .delete_unverified(id)
+                .await
+                .map_err(DeleteOwnedError::Api)?,
+        };
         Ok((outcome, owner))
     }
 }
@@ -286,6 +310,7 @@ fn create_body(spec: &LaunchSpec) -> CreateInstanceBody {
                 .user_data
                 .as_ref()
                 .map(|text| base64::engine::general_purpose::STANDARD.encode(text.as_bytes())),
+            is_disable_hyper_threading: Some(spec.disable_hyper_threading),
         },
     }
 }

@@ -14,9 +14,13 @@
 //! retries and error mapping in `transport`.
 
 pub mod api;
+#[cfg(test)]
+mod api_conformance_tests;
 mod auth;
 mod catalog;
 pub mod config;
+#[cfg(any(test, feature = "contract"))]
+pub mod contract;
 pub mod error;
 pub mod fence;
 mod instances;

@@ -10,7 +10,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 
-use super::api::{self, ErrorBody, IamErrorBody, Page};
+use super::api::{self, ErrorBody, IamError, IamErrorBody, Page, ValidationErrorBody};
 use super::auth::{self, CachedToken, TokenCache};
 use super::config::{Config, Credentials, RetryPolicy, Service};
 use super::error::Error;
@@ -157,6 +157,7 @@ impl Transport {
         let url = self.url(Service::Iam, api::paths::IAM_TOKENS)?;
         let body = auth::token_request(self.credentials.id(), self.credentials.secret());
         let policy = self.retry_policy().clone();
+        let first = Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -188,7 +189,7 @@ impl Transport {
                         lifetime,
                         self.config.token_refresh_margin,
                     ),
-                    project_id: parsed.token.project.map(|p| p.id),
+                    project_id: parsed.token.project.and_then(|p| p.id),
                 })
             }
             .await;
@@ -197,8 +198,7 @@ impl Transport {
                     tracing::info!(attempt, "issued KakaoCloud API token");
                     return Ok(token);
                 }
-                Err(err) if err.is_retryable() && attempt < policy.max_attempts => {
-                    let delay = backoff(&policy, attempt, &err);
+                Err(err) if let Some(delay) = policy.next_delay(attempt, first, &err) => {
                     tracing::warn!(attempt, error = %err, ?delay, "token request failed, retrying");
                     tokio::time::sleep(delay).await;
                 }
@@ -261,16 +261,16 @@ impl Transport {
         }
     }
 
-    /// Sends an idempotent call, retrying throttling, 5xx and transport
-    /// failures with backoff.
+    /// Sends an idempotent call, retrying throttling (within the policy's time budget), 5xx
+    /// and transport failures (up to its attempt count) with backoff.
     pub async fn idempotent(&self, call: &Call) -> Result<Reply, Error> {
         let policy = self.retry_policy().clone();
+        let first = Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
             match self.attempt(call).await {
-                Err(err) if err.is_retryable() && attempt < policy.max_attempts => {
-                    let delay = backoff(&policy, attempt, &err);
+                Err(err) if let Some(delay) = policy.next_delay(attempt, first, &err) => {
                     tracing::warn!(
                         service = call.service.as_str(),
                         method = %call.method,
@@ -337,13 +337,13 @@ fn transport_error(err: reqwest::Error) -> Error {
 }
 
 /// Delay before the next attempt: the server's `Retry-After` when it gave
-/// one, else exponential backoff with full jitter.
+/// one (bounded by the caller's throttle budget), else exponential backoff with full jitter.
 pub(crate) fn backoff(policy: &RetryPolicy, attempt: u32, err: &Error) -> Duration {
     if let Error::Throttled {
         retry_after: Some(after),
     } = err
     {
-        return (*after).min(policy.max_delay);
+        return *after;
     }
     let exp = policy.base_delay.saturating_mul(1u32 << attempt.min(16));
     let cap = exp.min(policy.max_delay);
@@ -395,8 +395,21 @@ fn error_text(body: &[u8]) -> (String, String) {
     if let Ok(e) = serde_json::from_slice::<ErrorBody>(body) {
         return (e.error.code, e.error.message);
     }
-    if let Ok(e) = serde_json::from_slice::<IamErrorBody>(body) {
-        return (e.error.title.unwrap_or_default(), e.error.message);
+    if let Ok(e) = serde_json::from_slice::<ValidationErrorBody>(body)
+        && !e.detail.is_empty()
+    {
+        return (String::new(), e.summary());
+    }
+    if let Ok(IamErrorBody {
+        error:
+            IamError {
+                message: Some(message),
+                title,
+                ..
+            },
+    }) = serde_json::from_slice::<IamErrorBody>(body)
+    {
+        return (title.unwrap_or_default(), message);
     }
     let text = String::from_utf8_lossy(body);
     let short: String = text.chars().take(200).collect();
@@ -455,8 +468,9 @@ mod tests {
     }
 
     #[test]
-    fn hostile_retry_after_values_never_panic_and_are_capped() {
+    fn hostile_retry_after_values_never_panic_and_stay_within_the_budget() {
         let policy = RetryPolicy::default();
+        let started = std::time::Instant::now();
         for raw in [
             "1e300",
             "-5",
@@ -469,7 +483,9 @@ mod tests {
             let mut h = HeaderMap::new();
             h.insert(RETRY_AFTER, raw.parse().unwrap());
             let err = classify(StatusCode::TOO_MANY_REQUESTS, &h, b"", "x");
-            assert!(backoff(&policy, 1, &err) <= policy.max_delay, "{raw}");
+            if let Some(delay) = policy.next_delay(1, started, &err) {
+                assert!(delay <= policy.throttle_budget, "{raw}");
+            }
         }
     }
 
@@ -485,7 +501,31 @@ mod tests {
             }
         );
         let policy = RetryPolicy::default();
-        assert_eq!(backoff(&policy, 1, &err), Duration::from_secs(3));
+        let started = std::time::Instant::now();
+        assert_eq!(
+            policy.next_delay(1, started, &err),
+            Some(Duration::from_secs(3))
+        );
+        // Throttling is retried by time, not by count; past the budget it gives up.
+        assert!(policy.next_delay(1_000, started, &err).is_some());
+        let tight = RetryPolicy {
+            throttle_budget: Duration::from_secs(2),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(tight.next_delay(1, started, &err), None);
+        let server = Error::Server {
+            status: 503,
+            message: String::new(),
+        };
+        assert!(
+            policy
+                .next_delay(policy.max_attempts - 1, started, &server)
+                .is_some()
+        );
+        assert_eq!(
+            policy.next_delay(policy.max_attempts, started, &server),
+            None
+        );
     }
 
     #[test]

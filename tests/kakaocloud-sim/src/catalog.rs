@@ -63,18 +63,31 @@ impl FlavorSeed {
                 .into(),
             ),
             group: Some(if self.gpus > 0 { "GPU" } else { "CPU" }.into()),
-            instance_type: Some("vm".into()),
+            // The official enum has `gpu` for accelerator flavors.
+            instance_type: Some(if self.gpus > 0 {
+                api::InstanceKind::Gpu
+            } else {
+                api::InstanceKind::Vm
+            }),
             instance_family: Some(self.family().to_string()),
             instance_size: Some(self.size().to_string()),
             is_burstable: Some(self.burstable),
             processor: Some(self.processor.clone()),
-            availability_zone: self.zones.clone(),
-            available: available.clone(),
+            availability_zone: Some(self.zones.clone()),
+            available: Some(available.clone()),
             root_gb: Some(0),
             hw_count: (self.gpus > 0).then_some(self.gpus),
             hw_type: (self.gpus > 0).then(|| "GPU".to_string()),
             hw_name: self.gpu_name.clone(),
+            is_hyper_threading_supported: Some(true),
+            is_hyper_threading_disabled: Some(false),
+            is_hyper_threading_disable_supported: Some(self.hyper_threading_can_be_disabled()),
         }
+    }
+
+    /// Whether `is_disable_hyper_threading` has an effect on this flavor (here: CPU flavors).
+    pub fn hyper_threading_can_be_disabled(&self) -> bool {
+        self.gpus == 0
     }
 }
 
@@ -281,6 +294,7 @@ pub fn worker_images(version: &KubernetesVersionSeed) -> Vec<api::WorkerImage> {
             ),
             architecture: "x86_64".into(),
             is_gpu_type: gpu,
+            k8s_version: Some(version.minor.clone()),
             instance_type: "vm".into(),
             kernel_version: "5.15.0-127-generic".into(),
             key_package: format!("kubernetes-{}", version.patch),

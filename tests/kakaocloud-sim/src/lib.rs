@@ -172,8 +172,10 @@ impl Default for ProjectSeed {
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     pub projects: Vec<ProjectSeed>,
-    /// Time from create (BUILD) to ACTIVE.
+    /// Time from create (building) to active.
     pub boot_delay: Duration,
+    /// Time an instance stays `deleting` after its delete is accepted, before it is gone (404).
+    pub delete_delay: Duration,
     /// Lifetime of issued tokens.
     pub token_ttl: Duration,
     pub flavors: Vec<FlavorSeed>,
@@ -191,6 +193,7 @@ impl Default for SimConfig {
         SimConfig {
             projects: vec![ProjectSeed::default()],
             boot_delay: Duration::from_millis(200),
+            delete_delay: Duration::from_millis(200),
             token_ttl: Duration::from_secs(3600),
             flavors: catalog::default_flavors(),
             versions: catalog::default_versions(),
@@ -294,11 +297,12 @@ impl Simulator {
     }
 
     /// Client configuration with every endpoint pointed here and a fast retry
-    /// policy (short backoff, 5 attempts, 3 s request timeout).
+    /// policy (short backoff, 5 attempts, throttling retried for 2 s, 3 s request timeout).
     pub fn client_config(&self) -> kakaocloud::Config {
         let mut config = kakaocloud::Config {
             retry: kakaocloud::RetryPolicy {
                 max_attempts: 5,
+                throttle_budget: Duration::from_secs(2),
                 base_delay: Duration::from_millis(10),
                 max_delay: Duration::from_millis(200),
                 request_timeout: Duration::from_secs(3),
@@ -416,8 +420,23 @@ impl Simulator {
         })
     }
 
+    /// Every way a response so far departed from KakaoCloud's official models
+    /// (`kakaocloud::contract`); empty when the simulator served exactly the official shapes.
+    pub fn contract_violations(&self) -> Vec<String> {
+        self.shared.contract_violations()
+    }
+
     /// Stops serving and waits for the server task (at most 5 s).
+    ///
+    /// # Panics
+    /// If any response departed from the official models: every test that shuts the simulator
+    /// down is also a contract test.
     pub async fn shutdown(self) {
+        let violations = self.contract_violations();
+        assert!(
+            violations.is_empty(),
+            "the simulator served shapes that are not KakaoCloud's official models: {violations:#?}"
+        );
         let taken = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((tx, mut task)) = taken {
             let _ = tx.send(());

@@ -76,6 +76,28 @@ pub struct KCNodeClassSpec {
     /// unset entries use the chart's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugins: Option<PluginSelection>,
+    /// Hyper-threading on the nodes: `Enabled` (the default) or `Disabled`. It is sent with
+    /// every create (`is_disable_hyper_threading`, which KakaoCloud defaults to `true` when
+    /// left out) and acts only on flavors that can turn it off. `Disabled` may leave a node
+    /// fewer vCPUs than its flavor lists (by how much is not published), so `Enabled` keeps
+    /// the catalog's capacities true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyper_threading: Option<HyperThreading>,
+}
+
+/// Whether instances run with hyper-threading.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum HyperThreading {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+impl KCNodeClassSpec {
+    /// The class's hyper-threading choice, its default filled in.
+    pub fn hyper_threading(&self) -> HyperThreading {
+        self.hyper_threading.unwrap_or_default()
+    }
 }
 
 /// Selects a subnet or security group by ID, by name, or by tags (all must match).

@@ -27,7 +27,7 @@ use kube_core::CustomResourceExt;
 
 pub use common::{NodeClassRef, Taint, TaintEffect};
 pub use duration::{DurationError, KDuration, NillableDuration};
-pub use kcnodeclass::{KCNodeClass, KCNodeClassSpec, KCNodeClassStatus};
+pub use kcnodeclass::{HyperThreading, KCNodeClass, KCNodeClassSpec, KCNodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use requirement::{Operator, Requirement};

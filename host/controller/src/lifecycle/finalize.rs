@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// How often a requested deletion is checked until the instance is gone (the official Terraform
+/// provider polls every 2 s).
+const DELETE_POLL: Duration = Duration::from_secs(2);
+
 /// What finalizing a deleted NodeClaim means here.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Finalization {
@@ -37,13 +41,14 @@ impl Lifecycle {
     /// Deletes instance `id` of NodeClaim `claim` through the verifying path. An untagged
     /// instance with the claim's deterministic name was launched but never tagged (killed between
     /// create and tag): it is adopted the way the launch would have, then deleted. One carrying
-    /// any other tag is not ours and is left alone.
+    /// any other tag is not ours and is left alone. `Ok(false)` while the instance still exists
+    /// (deletion requested or in progress): the caller asks again until it is gone.
     pub(super) async fn delete_instance(
         &self,
         claim: &str,
         instance_name: &str,
         id: &str,
-    ) -> Result<(), LifecycleError> {
+    ) -> Result<bool, LifecycleError> {
         use kakaocloud::DeleteOwnedError::{Api, NotOwned};
         let keyring = self.keyring.current();
         let cluster = &self.settings.cluster_name;
@@ -53,7 +58,8 @@ impl Lifecycle {
             .delete_owned(id, &keyring, cluster, claim)
             .await
         {
-            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => return Ok(()),
+            Ok((outcome, _)) => return Ok(outcome.is_gone()),
+            Err(Api(kakaocloud::Error::NotFound { .. })) => return Ok(true),
             Err(Api(e)) => return Err(e.into()),
             Err(NotOwned(e)) => e,
         };
@@ -75,7 +81,8 @@ impl Lifecycle {
             .delete_owned(id, &keyring, cluster, claim)
             .await
         {
-            Ok(_) | Err(Api(kakaocloud::Error::NotFound { .. })) => Ok(()),
+            Ok((outcome, _)) => Ok(outcome.is_gone()),
+            Err(Api(kakaocloud::Error::NotFound { .. })) => Ok(true),
             Err(e) => Err(LifecycleError::NotReady(format!(
                 "instance {id} could not be deleted after tagging: {e}"
             ))),
@@ -96,8 +103,13 @@ impl Lifecycle {
                 .map(|i| i.id),
         };
         if let Some(id) = id {
-            self.delete_instance(&nc.name_any(), &instance_name, &id)
-                .await?;
+            if !self
+                .delete_instance(&nc.name_any(), &instance_name, &id)
+                .await?
+            {
+                tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "waiting for the instance to be deleted");
+                return Ok(Action::requeue(DELETE_POLL));
+            }
             tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
         }
         self.delete_bootstrap_token(&nc.name_any()).await?;

@@ -159,6 +159,8 @@ impl Lifecycle {
                             .current()
                             .mark(&self.settings.cluster_name, &name)?,
                     )),
+                    disable_hyper_threading: class.spec.hyper_threading()
+                        == kk_apis::crd::HyperThreading::Disabled,
                 };
                 let started = Instant::now();
                 let created = self.cloud.instances().create(&spec).await;

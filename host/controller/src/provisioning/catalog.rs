@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kakaocloud::api::Flavor;
+use kakaocloud::api::{Flavor, InstanceKind};
 use kakaocloud::pricing;
 
 use kk_engine::scheduling::instance_types::{InstanceType, Offering, Overhead};
@@ -99,12 +99,15 @@ pub fn price_micros(flavor: &Flavor) -> u64 {
     krw.saturating_mul(1_000_000)
 }
 
+/// A GPU flavor: `instance_type: gpu` (the official enum) or, as older answers put it, an
+/// accelerator of type GPU. Its GPU count is `hw_count`.
 fn is_gpu(flavor: &Flavor) -> bool {
-    flavor
+    let typed = flavor.instance_type == Some(InstanceKind::Gpu);
+    let accelerated = flavor
         .hw_type
         .as_deref()
-        .is_some_and(|t| t.eq_ignore_ascii_case("gpu"))
-        && flavor.hw_count.unwrap_or(0) > 0
+        .is_some_and(|t| t.eq_ignore_ascii_case("gpu"));
+    (typed || accelerated) && flavor.hw_count.unwrap_or(0) > 0
 }
 
 /// One flavor as an instance type. `None` for flavors without a name, CPUs or memory.
@@ -126,10 +129,10 @@ pub fn instance_type(
         .with(Dim::EphemeralBytes, options.root_volume_gib * GI);
     let price = price_micros(flavor);
     let offerings = flavor
-        .availability_zone
+        .zones()
         .iter()
         .map(|zone| {
-            let has_capacity = flavor.available.get(zone).is_none_or(|&n| n > 0);
+            let has_capacity = flavor.available_in(zone).is_none_or(|n| n > 0);
             let cached = unavailable
                 .is_some_and(|u| u.is_unavailable(&name, zone, names::CAPACITY_TYPE_ON_DEMAND));
             Offering {
@@ -183,7 +186,8 @@ pub fn instance_type(
     })
 }
 
-/// The whole catalog, sorted by name; flavors that are not VMs (bare metal) are left out.
+/// The whole catalog, sorted by name: virtual machines and GPU flavors (`instance_type` `vm` or
+/// `gpu`, or unset); bare metal and kinds this version does not know are left out.
 pub fn build(
     flavors: &[Flavor],
     options: &CatalogOptions,
@@ -192,9 +196,10 @@ pub fn build(
     let mut out: Vec<InstanceType> = flavors
         .iter()
         .filter(|f| {
-            f.instance_type
-                .as_deref()
-                .is_none_or(|t| t.eq_ignore_ascii_case("vm"))
+            matches!(
+                f.instance_type,
+                None | Some(InstanceKind::Vm | InstanceKind::Gpu)
+            )
         })
         .filter_map(|f| instance_type(f, options, unavailable))
         .collect();
@@ -283,33 +288,60 @@ mod tests {
             architecture: Some("x86_64".into()),
             manufacturer: None,
             group: None,
-            instance_type: Some("vm".into()),
+            instance_type: Some(InstanceKind::Vm),
             instance_family: None,
             instance_size: None,
             is_burstable: None,
             processor: None,
-            availability_zone: vec!["kr-central-2-a".into(), "kr-central-2-b".into()],
-            available: [
-                ("kr-central-2-a".to_owned(), 5),
-                ("kr-central-2-b".to_owned(), 0),
-            ]
-            .into_iter()
-            .collect(),
+            availability_zone: Some(vec!["kr-central-2-a".into(), "kr-central-2-b".into()]),
+            available: Some(
+                [
+                    ("kr-central-2-a".to_owned(), 5),
+                    ("kr-central-2-b".to_owned(), 0),
+                ]
+                .into_iter()
+                .collect(),
+            ),
             root_gb: None,
             hw_count: None,
             hw_type: None,
             hw_name: None,
+            is_hyper_threading_supported: None,
+            is_hyper_threading_disabled: None,
+            is_hyper_threading_disable_supported: None,
         }
+    }
+
+    #[test]
+    fn official_shapes_gpu_kind_nulls_and_unknown_kinds() {
+        // `instance_type: gpu` alone (no hw_type) is a GPU flavor; `null` zones and
+        // availability mean no offerings rather than an error; an unknown kind stays out.
+        let mut gpu = flavor("p2i.xlarge", 8, 64);
+        gpu.instance_type = Some(InstanceKind::Gpu);
+        gpu.hw_count = Some(2);
+        gpu.hw_name = Some("A100".into());
+        let mut nulls = flavor("m2a.large", 2, 8);
+        nulls.availability_zone = None;
+        nulls.available = None;
+        let mut npu = flavor("n1.large", 4, 16);
+        npu.instance_type = Some(InstanceKind::Other("npu".into()));
+        let cat = build(&[gpu, nulls, npu], &CatalogOptions::default(), None);
+        let names: Vec<&str> = cat.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["m2a.large", "p2i.xlarge"]);
+        assert!(cat[0].offerings.is_empty());
+        assert_eq!(cat[1].capacity.get(Dim::Gpus), 2);
+        assert_eq!(cat[1].label(label::INSTANCE_GPU_COUNT), Some("2"));
+        assert_eq!(cat[1].label(label::INSTANCE_GPU_NAME), Some("A100"));
     }
 
     #[test]
     fn flavors_become_priced_instance_types() {
         let mut gpu = flavor("gn1i.xlarge", 4, 30);
+        gpu.instance_type = Some(InstanceKind::Gpu);
         gpu.hw_count = Some(1);
-        gpu.hw_type = Some("GPU".into());
         gpu.hw_name = Some("NVIDIA T4".into());
         let mut bm = flavor("bm.huge", 64, 256);
-        bm.instance_type = Some("bm".into());
+        bm.instance_type = Some(InstanceKind::Bm);
         let cat = build(
             &[flavor("m2a.xlarge", 4, 16), gpu, bm],
             &CatalogOptions::default(),

@@ -314,7 +314,8 @@ impl Terminator {
         Ok(None)
     }
 
-    /// Deletes the NodeClaim's instance if its tag verifies; `false` to retry later.
+    /// Deletes the NodeClaim's instance if its tag verifies; `false` to ask again later (until
+    /// the instance is gone).
     async fn delete_instance(&self, nc: &NodeClaim) -> Result<bool, Error> {
         let Some((_, id)) = nc
             .status
@@ -331,9 +332,14 @@ impl Terminator {
             .delete_owned(id, &keyring, &self.cluster_name, &nc.name_any())
             .await
         {
-            Ok(_) => {
+            Ok((outcome, _)) if outcome.is_gone() => {
                 tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
                 Ok(true)
+            }
+            Ok((outcome, _)) => {
+                // Released only once the instance is gone, so nothing bills unseen.
+                tracing::info!(NodeClaim = %nc.name_any(), instance = %id, ?outcome, "waiting for the instance to be deleted");
+                Ok(false)
             }
             Err(DeleteOwnedError::Api(kakaocloud::Error::NotFound { .. })) => Ok(true),
             Err(DeleteOwnedError::NotOwned(why)) => {

@@ -484,6 +484,7 @@ async fn leaked_instances_are_collected_and_forged_tags_are_never_deleted() {
         user_data: None,
         availability_zone: status.subnets[0].zone.clone(),
         description: None,
+        disable_hyper_threading: false,
     };
     let instances = env.cloud.instances();
     // A leak: our signed tag, but its NodeClaim never existed (a crash after create).

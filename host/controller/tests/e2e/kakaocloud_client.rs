@@ -19,6 +19,8 @@ use kakaocloud_sim::{BootedInstance, ProjectSeed, Quota, SimConfig, Simulator, r
 fn fast() -> SimConfig {
     SimConfig {
         boot_delay: Duration::from_millis(30),
+        // Long enough that "still deleting" is observable without a race.
+        delete_delay: Duration::from_secs(1),
         ..SimConfig::default()
     }
 }
@@ -48,6 +50,7 @@ pub(crate) fn spec(name: &str) -> LaunchSpec {
         user_data: Some("#cloud-config\nruncmd: [echo hello]\n".to_string()),
         availability_zone: Some("kr-central-2-a".to_string()),
         description: None,
+        disable_hyper_threading: false,
     }
 }
 
@@ -80,7 +83,7 @@ async fn catalog_calls_return_the_simulated_catalog() {
         .find(|f| f.name.as_deref() == Some("m2a.large"))
         .expect("m2a.large");
     assert_eq!((m2a.vcpus, m2a.memory_mb), (Some(2), Some(8192)));
-    assert_eq!(m2a.available.len(), 3, "offered in three zones");
+    assert_eq!(m2a.zones().len(), 3, "offered in three zones");
     assert!(
         flavors.iter().any(|f| f.hw_count.unwrap_or(0) > 0),
         "a GPU flavor"
@@ -204,7 +207,10 @@ async fn instance_lifecycle_create_list_get_update_delete() {
     })
     .await;
     assert!(
-        active.addresses[0]
+        active
+            .addresses
+            .as_ref()
+            .expect("an active instance has its port")[0]
             .private_ip
             .as_deref()
             .unwrap()
@@ -289,7 +295,28 @@ async fn instance_lifecycle_create_list_get_update_delete() {
         .delete_owned(&id, &keyring, "demo-cluster", "claim")
         .await
         .unwrap();
-    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert_eq!(outcome, DeleteOutcome::Requested);
+    // Asked again while it is deleting: no second delete is sent, and it is not gone yet.
+    let deletes = sim.request_count(routes::INSTANCES_DELETE);
+    let (again, _) = client
+        .instances()
+        .delete_owned(&id, &keyring, "demo-cluster", "claim")
+        .await
+        .unwrap();
+    assert_eq!(again, DeleteOutcome::InProgress);
+    assert_eq!(sim.request_count(routes::INSTANCES_DELETE), deletes);
+    // Confirmed like the official provider does: until the instance is not found.
+    eventually(Duration::from_secs(5), "instance gone (404)", || {
+        let (client, id) = (client.clone(), id.clone());
+        async move {
+            matches!(
+                client.instances().get(&id).await,
+                Err(Error::NotFound { .. })
+            )
+            .then_some(())
+        }
+    })
+    .await;
     assert!(matches!(
         client
             .instances()
@@ -388,19 +415,28 @@ async fn retries_throttling_server_errors_and_dropped_connections() {
     let fresh = Client::new(sim.client_config(), sim.credentials()).unwrap();
     fresh.authenticate().await.unwrap();
 
-    // Persistent throttling ends in a typed error after max_attempts.
+    // Throttling is retried for a time budget (2 s here), not a count: ten 429s in a row, twice
+    // the attempts a 5xx gets, still end in success, as with the official provider.
     faults.throttle(routes::IMAGES, 10, Duration::from_millis(1));
-    let err = client.images().list().await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Throttled {
-                retry_after: Some(_)
-            }
-        ),
-        "{err:?}"
+    client.images().list().await.unwrap();
+    assert_eq!(sim.request_count(routes::IMAGES), 11);
+    faults.server_error(routes::IMAGES, 10, 503);
+    assert!(matches!(
+        client.images().list().await,
+        Err(Error::Server { status: 503, .. })
+    ));
+    assert_eq!(sim.request_count(routes::IMAGES), 16, "5xx: 5 attempts");
+    // A Retry-After beyond the budget ends the call at once, with the server's hint.
+    faults.throttle(routes::KEYPAIRS, 1, Duration::from_secs(3));
+    let before = sim.request_count(routes::KEYPAIRS);
+    let err = client.key_pairs().list().await.unwrap_err();
+    assert_eq!(
+        err,
+        Error::Throttled {
+            retry_after: Some(Duration::from_secs(3))
+        }
     );
-    assert_eq!(sim.request_count(routes::IMAGES), 5);
+    assert_eq!(sim.request_count(routes::KEYPAIRS), before + 1);
     sim.shutdown().await;
 }
 
@@ -528,7 +564,7 @@ async fn errors_are_typed() {
         .iter()
         .find(|f| f.name.as_deref() == Some("m2a.large"))
         .unwrap();
-    assert_eq!(m2a.available.get("kr-central-2-a"), Some(&0));
+    assert_eq!(m2a.available_in("kr-central-2-a"), Some(0));
     assert!(matches!(
         client.instances().create(&spec("kk-capacity-2")).await,
         Err(Error::InsufficientCapacity { .. })
@@ -691,11 +727,12 @@ async fn delete_owned_refuses_instances_whose_tag_does_not_verify() {
         .delete_owned(&ours.id, &keyring, "demo-cluster", "ours")
         .await
         .unwrap();
-    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert_eq!(outcome, DeleteOutcome::Requested);
     assert_eq!(owner.nodeclaim, "ours");
     assert_eq!(
         sim.instances()
             .iter()
+            .filter(|i| i.status != Some(InstanceStatus::Deleting))
             .map(|i| i.id.clone())
             .collect::<Vec<_>>(),
         [theirs.id.clone()]
@@ -804,4 +841,137 @@ async fn a_fenced_client_sends_nothing_once_its_fence_closes() {
             .await
             .is_ok()
     );
+}
+
+/// Every answer the simulator gives, driven through every call the client makes, conforms to
+/// KakaoCloud's official models; requests off the model are refused the FastAPI way.
+#[tokio::test]
+async fn the_simulator_serves_only_the_official_shapes() {
+    let (sim, client) = start(fast()).await;
+    client.authenticate().await.unwrap();
+    let flavors = client.flavors().list().await.unwrap();
+    client.subnets().list().await.unwrap();
+    client.security_groups().list().await.unwrap();
+    client.key_pairs().list().await.unwrap();
+    client.images().list().await.unwrap();
+    let ke = client.kubernetes_engine();
+    let cluster = ke.cluster("demo-cluster").await.unwrap();
+    ke.kubeconfig("demo-cluster").await.unwrap();
+    ke.supported_versions().await.unwrap();
+    ke.worker_images(&cluster.version.minor_version)
+        .await
+        .unwrap();
+    ke.node_pools("demo-cluster").await.unwrap();
+    assert!(matches!(
+        ke.cluster("nope").await,
+        Err(Error::NotFound { .. })
+    ));
+
+    // GPU flavors are reported as `gpu`, with their accelerator.
+    let gpu = flavors
+        .iter()
+        .find(|f| f.instance_type == Some(kakaocloud::api::InstanceKind::Gpu))
+        .expect("the catalog has GPU flavors");
+    assert!(gpu.hw_count.unwrap_or(0) > 0);
+
+    // While building, ports and volumes are `null` (the schema allows it) and decode as None.
+    let created = client
+        .instances()
+        .create(&spec("kk-contract"))
+        .await
+        .unwrap();
+    assert_eq!(created.addresses, None);
+    assert_eq!(created.status, Some(InstanceStatus::Building));
+    assert_eq!(
+        created.is_hyper_threading,
+        Some(true),
+        "sent explicitly: not disabled"
+    );
+    let raw: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/api/v1/instances/{}",
+            sim.endpoint(kakaocloud::Service::Bcs),
+            created.id
+        ))
+        .header("X-Auth-Token", raw_token(&sim).await)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(raw["instance"]["status"], "building", "lower case");
+    assert!(raw["instance"]["addresses"].is_null(), "{raw}");
+    let active = eventually(Duration::from_secs(5), "active", || {
+        let (client, id) = (client.clone(), created.id.clone());
+        async move {
+            let i = client.instances().get(&id).await.unwrap();
+            (i.status == Some(InstanceStatus::Active)).then_some(i)
+        }
+    })
+    .await;
+    assert_eq!(active.addresses.map(|a| a.len()), Some(1));
+    // PUT answers its own shape; the client decodes it.
+    let updated = client
+        .instances()
+        .update_description(&created.id, "worker")
+        .await
+        .unwrap();
+    assert_eq!(updated.description.as_deref(), Some("worker"));
+    assert!(updated.flavor.and_then(|f| f.original_name).is_some());
+
+    // A create body off the model: 422 with FastAPI's detail, read back as invalid input.
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/api/v1/instances",
+            sim.endpoint(kakaocloud::Service::Bcs)
+        ))
+        .header("X-Auth-Token", raw_token(&sim).await)
+        .json(&serde_json::json!({"instance": {"name": "kk-x", "flavor_id": "f"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 422);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    kakaocloud::contract::official()
+        .validate("HTTPValidationError", &body)
+        .unwrap();
+    let locs: Vec<String> = body["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["loc"].to_string())
+        .collect();
+    assert!(
+        locs.iter()
+            .any(|l| l == r#"["body","instance","image_id"]"#),
+        "{locs:?}"
+    );
+
+    assert_eq!(sim.contract_violations(), Vec::<String>::new());
+    sim.shutdown().await;
+}
+
+/// A token for raw requests (outside the client).
+async fn raw_token(sim: &Simulator) -> String {
+    kakaocloud::install_crypto_provider();
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/identity/v3/auth/tokens",
+            sim.endpoint(kakaocloud::Service::Iam)
+        ))
+        .json(&kakaocloud::api::TokenRequest::application_credential(
+            "test-cred-id",
+            "test-cred-secret",
+        ))
+        .send()
+        .await
+        .unwrap();
+    answer
+        .headers()
+        .get("X-Subject-Token")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned()
 }

@@ -233,6 +233,20 @@ async fn a_reload_that_would_orphan_live_instances_is_refused() {
         .delete_owned(&instance.id, &handle.current(), "demo-cluster", "claim-a")
         .await
         .unwrap();
+    // Deleting is not gone: until the instance answers 404 it still carries k1's tag.
+    controlplane::eventually("instance gone", Duration::from_secs(30), || {
+        let cloud = cloud.clone();
+        let id = instance.id.clone();
+        async move {
+            Ok(matches!(
+                cloud.instances().get(&id).await,
+                Err(kakaocloud::Error::NotFound { .. })
+            )
+            .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
     replace(keyring_json("k2", &[("k2", 2)])).await;
     let mut changes = handle.subscribe();
     tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|g| *g >= 1))

@@ -21,12 +21,29 @@ pub(super) async fn issue_token(AxState(shared): S, headers: HeaderMap, body: By
                 "Content-Type must be application/json",
             );
         }
-        let Ok(req) = serde_json::from_slice::<api::TokenRequest>(&body) else {
-            return iam_error(
-                StatusCode::BAD_REQUEST,
-                "Bad Request",
-                "malformed token request",
-            );
+        // Held to the official request model; IAM answers problems Keystone's way (400).
+        let req = match serde_json::from_slice::<serde_json::Value>(&body).map(|doc| {
+            let found = contract::official().violations("SwaggerIdPwdRequest", &doc);
+            (doc, found)
+        }) {
+            Ok((doc, found)) if found.is_empty() => {
+                match serde_json::from_value::<api::TokenRequest>(doc) {
+                    Ok(req) => req,
+                    Err(e) => {
+                        return iam_error(StatusCode::BAD_REQUEST, "Bad Request", &e.to_string());
+                    }
+                }
+            }
+            Ok((_, found)) => {
+                return iam_error(StatusCode::BAD_REQUEST, "Bad Request", &found.join("; "));
+            }
+            Err(_) => {
+                return iam_error(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request",
+                    "malformed token request",
+                );
+            }
         };
         let identity = &req.auth.identity;
         if !identity
@@ -71,16 +88,16 @@ pub(super) async fn issue_token(AxState(shared): S, headers: HeaderMap, body: By
         let seed = &s.config.projects[project];
         let body = api::TokenResponse {
             token: api::TokenBody {
-                expires_at: expires.to_string(),
+                expires_at: Some(expires.to_string()),
                 issued_at: Some(issued.to_string()),
                 methods: vec![api::TokenRequest::METHOD.to_string()],
                 project: Some(api::TokenProject {
-                    id: seed.id.clone(),
+                    id: Some(seed.id.clone()),
                     name: Some(seed.name.clone()),
                 }),
             },
         };
-        let mut response = json(StatusCode::CREATED, &body);
+        let mut response = s.reply("TokenResponse", StatusCode::CREATED, &body);
         if let Ok(v) = HeaderValue::from_str(&token) {
             response.headers_mut().insert(api::SUBJECT_TOKEN_HEADER, v);
         }

@@ -37,7 +37,8 @@ pub(super) async fn list_flavors(
                 .collect()
         };
         match paginate(flavors, &q, &s.config) {
-            Ok((flavors, pagination)) => json(
+            Ok((flavors, pagination)) => s.reply(
+                "FlavorListModel",
                 StatusCode::OK,
                 &api::FlavorList {
                     flavors,
@@ -75,7 +76,8 @@ pub(super) async fn list_keypairs(
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((keypairs, pagination)) => json(
+            Ok((keypairs, pagination)) => s.reply(
+                "KeypairListModel",
                 StatusCode::OK,
                 &api::KeyPairList {
                     keypairs,
@@ -109,14 +111,15 @@ pub(super) async fn list_subnets(
                 availability_zone: Some(sn.zone.clone()),
                 cidr_block: Some(sn.cidr.clone()),
                 project_id: Some(pid.clone()),
-                operating_status: Some("ACTIVE".into()),
+                operating_status: Some("ONLINE".into()),
                 provisioning_status: Some("ACTIVE".into()),
                 vpc_id: Some(catalog::vpc_id(&pid)),
                 vpc_name: Some("main".into()),
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((subnets, pagination)) => json(
+            Ok((subnets, pagination)) => s.reply(
+                "SubnetListModel",
                 StatusCode::OK,
                 &api::SubnetList {
                     subnets,
@@ -153,7 +156,8 @@ pub(super) async fn list_security_groups(
             })
             .collect();
         match paginate(items, &q, &s.config) {
-            Ok((security_groups, pagination)) => json(
+            Ok((security_groups, pagination)) => s.reply(
+                "SecurityGroupListModel",
                 StatusCode::OK,
                 &api::SecurityGroupList {
                     security_groups,
@@ -192,7 +196,7 @@ pub(super) async fn list_images(
                 visibility: Some("public".into()),
                 description: None,
                 min_disk: Some(30),
-                instance_type: Some("vm".into()),
+                instance_type: Some(api::InstanceKind::Vm),
                 os_info: os_info(&i.distro),
             })
             .collect();
@@ -204,7 +208,7 @@ pub(super) async fn list_images(
                 visibility: Some("public".into()),
                 description: Some(w.key_package),
                 min_disk: Some(30),
-                instance_type: Some(w.instance_type),
+                instance_type: Some(api::InstanceKind::parse(&w.instance_type)),
                 os_info: os_info(&w.os_distro),
             });
         }
@@ -212,9 +216,11 @@ pub(super) async fn list_images(
             items.retain(|i| i.name.as_deref().unwrap_or("").contains(name.as_str()));
         }
         match paginate(items, &q, &s.config) {
-            Ok((images, pagination)) => {
-                json(StatusCode::OK, &api::ImageList { images, pagination })
-            }
+            Ok((images, pagination)) => s.reply(
+                "ImageListModel",
+                StatusCode::OK,
+                &api::ImageList { images, pagination },
+            ),
             Err(r) => r,
         }
     })

@@ -38,7 +38,8 @@ pub(super) async fn list_instances(
                 .collect()
         };
         match paginate(items, &q, &s.config) {
-            Ok((instances, pagination)) => json(
+            Ok((instances, pagination)) => s.reply(
+                "InstanceListModel",
                 StatusCode::OK,
                 &api::InstanceList {
                     instances,
@@ -68,7 +69,8 @@ pub(super) async fn get_instance(
             .iter()
             .find(|i| i.instance.id == id)
         {
-            Some(i) => json(
+            Some(i) => s.reply(
+                "ResponseInstanceModel",
                 StatusCode::OK,
                 &api::InstanceResponse {
                     instance: i.instance.clone(),
@@ -92,8 +94,9 @@ pub(super) async fn update_instance(
             Ok(p) => p,
             Err(r) => return r,
         };
-        let Ok(req) = serde_json::from_slice::<api::UpdateInstanceBody>(&body) else {
-            return invalid("malformed update request");
+        let req = match parse_request::<api::UpdateInstanceBody>("BodyUpdateInstance", &body) {
+            Ok(r) => r,
+            Err(r) => return r,
         };
         if let Some(name) = &req.instance.name
             && !naming::is_valid_instance_name(name)
@@ -123,11 +126,11 @@ pub(super) async fn update_instance(
             i.instance.description = Some(d);
         }
         i.instance.updated_at = Some(now_rfc3339());
-        json(
+        let answer = updated(i);
+        s.reply(
+            "InstanceModelResponse",
             StatusCode::OK,
-            &api::InstanceResponse {
-                instance: i.instance.clone(),
-            },
+            &api::UpdatedInstanceResponse { instance: answer },
         )
     })
     .await
@@ -152,16 +155,20 @@ pub(super) async fn delete_instance(
         else {
             return not_found(&format!("instance {id}"));
         };
-        let mut gone = st.projects[project].instances.remove(pos);
-        gone.instance.status = Some(api::InstanceStatus::Deleted);
-        gone.instance.vm_state = Some("deleted".into());
-        gone.instance.updated_at = Some(now_rfc3339());
-        if let Some(zone) = gone.instance.availability_zone.clone()
-            && let Some(n) = st.available.get_mut(&(gone.flavor.id.clone(), zone))
-        {
-            *n = n.saturating_add(1);
+        let instance = &mut st.projects[project].instances[pos].instance;
+        if instance.status == Some(api::InstanceStatus::Deleting) {
+            return error(
+                StatusCode::CONFLICT,
+                error_codes::CONFLICT,
+                &format!("instance {id} is already being deleted"),
+            );
         }
-        st.projects[project].deleted.push(gone);
+        // Deleting for `delete_delay`, then gone (404): clients confirm by polling.
+        instance.status = Some(api::InstanceStatus::Deleting);
+        instance.task_state = Some("deleting".into());
+        instance.updated_at = Some(now_rfc3339());
+        drop(st);
+        schedule_removal(&s, project, id);
         StatusCode::ACCEPTED.into_response()
     })
     .await
@@ -178,14 +185,18 @@ pub(super) async fn create_instance(
             Ok(p) => p,
             Err(r) => return r,
         };
-        let req = match serde_json::from_slice::<api::CreateInstanceBody>(&body) {
+        let req = match parse_request::<api::CreateInstanceBody>("BodyCreateInstance", &body) {
             Ok(r) => r.instance,
-            Err(_) => return invalid("malformed create request"),
+            Err(r) => return r,
         };
         match create(&s, project, req) {
             Ok((instance, id)) => {
                 schedule_boot(&s, id);
-                json(StatusCode::ACCEPTED, &instance)
+                s.reply(
+                    "ResponseCreateInstanceModel",
+                    StatusCode::ACCEPTED,
+                    &instance,
+                )
             }
             Err(r) => r,
         }
@@ -316,6 +327,21 @@ pub(super) fn create(
     );
     let id = random_uuid();
     let now = now_rfc3339();
+    let address = api::InstanceAddress {
+        private_ip: Some(private_ip),
+        public_ip: None,
+        network_interface_id: Some(random_uuid()),
+    };
+    let root = api::AttachedVolume {
+        id: random_uuid(),
+        size: volume.size,
+        is_delete_on_termination: volume.is_delete_on_termination,
+        is_root: Some(true),
+    };
+    // The schema defaults `is_disable_hyper_threading` to true; it only acts where the flavor
+    // allows turning hyper-threading off.
+    let hyper_threading = !(req.is_disable_hyper_threading.unwrap_or(true)
+        && flavor.hyper_threading_can_be_disabled());
     let instance = api::Instance {
         id: id.clone(),
         name: Some(req.name.clone()),
@@ -325,12 +351,14 @@ pub(super) fn create(
             name: Some(flavor.name.clone()),
             vcpus: Some(flavor.vcpus),
             memory_mb: Some(flavor.memory_mib),
+            hw_type: (flavor.gpus > 0).then(|| "GPU".to_owned()),
+            hw_count: (flavor.gpus > 0).then_some(flavor.gpus),
         }),
-        addresses: vec![api::InstanceAddress {
-            private_ip: Some(private_ip),
-            public_ip: None,
-            network_interface_id: Some(random_uuid()),
-        }],
+        // Ports and volumes are attached while building: `null` until then.
+        addresses: None,
+        is_hyper_threading: Some(hyper_threading),
+        task_state: Some("spawning".into()),
+        power_state: None,
         image: Some(api::InstanceImage {
             id: req.image_id.clone(),
             name: Some(image_name),
@@ -341,20 +369,16 @@ pub(super) fn create(
         key_name: req.key_name.clone(),
         hostname: Some(req.name.clone()),
         availability_zone: Some(zone),
-        attached_volumes: vec![api::AttachedVolume {
-            id: random_uuid(),
-            size: volume.size,
-            is_delete_on_termination: volume.is_delete_on_termination,
-            is_root: Some(true),
-        }],
-        security_groups: req
-            .security_groups
-            .iter()
-            .map(|sg| api::InstanceSecurityGroup {
-                id: sg_id(&seed.id, &sg.name),
-                name: Some(sg.name.clone()),
-            })
-            .collect(),
+        attached_volumes: None,
+        security_groups: Some(
+            req.security_groups
+                .iter()
+                .map(|sg| api::InstanceSecurityGroup {
+                    id: sg_id(&seed.id, &sg.name),
+                    name: Some(sg.name.clone()),
+                })
+                .collect(),
+        ),
         instance_type: Some("vm".into()),
         created_at: Some(now.clone()),
         updated_at: Some(now),
@@ -364,11 +388,15 @@ pub(super) fn create(
         user_data,
         flavor,
         created: std::time::Instant::now(),
+        address,
+        volume: root,
+        user_id: format!("user-{}", seed.id),
     });
     let response = api::CreateInstanceResponse {
         instance: api::CreatedInstance {
             id: id.clone(),
             security_groups: req.security_groups.clone(),
+            disk_config: Some("AUTO".into()),
         },
     };
     Ok((response, id))
@@ -433,6 +461,10 @@ pub(super) fn finish_boot(s: &Shared, id: &str) -> Option<BootedInstance> {
     }
     inst.instance.status = Some(api::InstanceStatus::Active);
     inst.instance.vm_state = Some("active".into());
+    inst.instance.power_state = Some("RUNNING".into());
+    inst.instance.task_state = None;
+    inst.instance.addresses = Some(vec![inst.address.clone()]);
+    inst.instance.attached_volumes = Some(vec![inst.volume.clone()]);
     Some(BootedInstance {
         id: inst.instance.id.clone(),
         name,
@@ -452,11 +484,71 @@ pub(super) fn finish_boot(s: &Shared, id: &str) -> Option<BootedInstance> {
             .as_ref()
             .map(|i| i.id.clone())
             .unwrap_or_default(),
-        private_ip: inst
-            .instance
-            .addresses
-            .first()
-            .and_then(|a| a.private_ip.clone())
-            .unwrap_or_default(),
+        private_ip: inst.address.private_ip.clone().unwrap_or_default(),
     })
+}
+
+/// The `PUT` answer (official `BcsInstanceV1ApiUpdateInstanceModelInstanceModel`).
+fn updated(i: &SimInstance) -> api::UpdatedInstance {
+    let inst = &i.instance;
+    api::UpdatedInstance {
+        id: inst.id.clone(),
+        name: inst.name.clone(),
+        description: Some(inst.description.clone().unwrap_or_default()),
+        project_id: inst.project_id.clone(),
+        user_id: Some(i.user_id.clone()),
+        flavor: Some(api::UpdatedInstanceFlavor {
+            vcpus: Some(i.flavor.vcpus),
+            ram: Some(i.flavor.memory_mib),
+            disk: Some(0),
+            original_name: Some(i.flavor.name.clone()),
+        }),
+        availability_zone: inst.availability_zone.clone(),
+        vm_state: inst.vm_state.clone(),
+        security_groups: inst.security_groups.as_ref().map(|groups| {
+            groups
+                .iter()
+                .filter_map(|g| g.name.clone())
+                .map(|name| api::SecurityGroupRef { name })
+                .collect()
+        }),
+        created_at: inst.created_at.clone(),
+        updated_at: inst.updated_at.clone(),
+    }
+}
+
+/// Ends a deletion after the configured delay: the instance leaves the project (404 from then
+/// on) and its capacity returns.
+fn schedule_removal(s: &Arc<Shared>, project: usize, id: String) {
+    let shared = Arc::clone(s);
+    let delay = s.config.delete_delay;
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        remove(&shared, project, &id);
+    });
+    let mut boots = lock(&s.boots);
+    boots.retain(|t| !t.is_finished());
+    boots.push(task);
+}
+
+fn remove(s: &Shared, project: usize, id: &str) {
+    let mut st = lock(&s.state);
+    let Some(pos) = st.projects[project]
+        .instances
+        .iter()
+        .position(|i| i.instance.id == id)
+    else {
+        return;
+    };
+    let mut gone = st.projects[project].instances.remove(pos);
+    gone.instance.status = Some(api::InstanceStatus::Deleted);
+    gone.instance.vm_state = Some("deleted".into());
+    gone.instance.task_state = None;
+    gone.instance.updated_at = Some(now_rfc3339());
+    if let Some(zone) = gone.instance.availability_zone.clone()
+        && let Some(n) = st.available.get_mut(&(gone.flavor.id.clone(), zone))
+    {
+        *n = n.saturating_add(1);
+    }
+    st.projects[project].deleted.push(gone);
 }

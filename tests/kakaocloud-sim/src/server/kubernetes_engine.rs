@@ -27,6 +27,8 @@ pub(super) fn cluster_of(s: &Shared, project: usize, name: &str) -> Result<api::
         id: seed.cluster.id.clone(),
         name: seed.cluster.name.clone(),
         description: "simulated Kubernetes Engine cluster".into(),
+        api_version: "v1".into(),
+        is_allocate_fip: false,
         version: api::ClusterVersion {
             minor_version: version.minor.clone(),
             patch_version: version.patch.clone(),
@@ -43,7 +45,17 @@ pub(super) fn cluster_of(s: &Shared, project: usize, name: &str) -> Result<api::
             id: catalog::vpc_id(&seed.id),
             subnets,
         },
+        network: Some(api::ClusterNetwork {
+            cni: "cilium".into(),
+            pod_cidr: "172.16.0.0/16".into(),
+            service_cidr: "172.17.0.0/16".into(),
+        }),
         control_plane_endpoint: Some(api::ControlPlaneEndpoint { host, port }),
+        creator_info: api::CreatorInfo {
+            id: "user-sim".into(),
+            name: "simulator".into(),
+        },
+        created_at: Some("2026-01-01T00:00:00Z".into()),
     })
 }
 
@@ -59,7 +71,11 @@ pub(super) async fn get_cluster(
             Err(r) => return r,
         };
         match cluster_of(&s, project, &name) {
-            Ok(cluster) => json(StatusCode::OK, &api::ClusterResponse { cluster }),
+            Ok(cluster) => s.reply(
+                "GetK8sClusterResponseModel",
+                StatusCode::OK,
+                &api::ClusterResponse { cluster },
+            ),
             Err(r) => r,
         }
     })
@@ -113,7 +129,13 @@ pub(super) async fn list_node_pools(
             .versions
             .iter()
             .find(|v| v.minor == seed.cluster.kubernetes_version);
-        let image = version.and_then(|v| catalog::worker_images(v).into_iter().next());
+        // A node pool's image is `ImageInfoResponseModel`: the list's without `k8s_version`.
+        let image = version
+            .and_then(|v| catalog::worker_images(v).into_iter().next())
+            .map(|i| api::WorkerImage {
+                k8s_version: None,
+                ..i
+            });
         let flavor = s.find_flavor("m2a.large");
         let pools = match (image, flavor) {
             (Some(image), Some(flavor)) => vec![api::NodePool {
@@ -121,6 +143,15 @@ pub(super) async fn list_node_pools(
                 name: "system".into(),
                 cluster_name: name.clone(),
                 description: "system node pool".into(),
+                autoscaling: api::NodePoolAutoscaling::default(),
+                is_cordon: false,
+                is_upgradable: false,
+                is_hyper_threading: true,
+                created_at: "2026-01-01T00:00:00Z".into(),
+                failure_message: None,
+                labels: Vec::new(),
+                taints: Vec::new(),
+                user_data: None,
                 flavor: flavor.name.clone(),
                 flavor_id: flavor.id.clone(),
                 node_count: 1,
@@ -140,7 +171,11 @@ pub(super) async fn list_node_pools(
             }],
             _ => Vec::new(),
         };
-        json(StatusCode::OK, &api::NodePoolList { node_pools: pools })
+        s.reply(
+            "GetK8sClusterNodePoolsResponseModel",
+            StatusCode::OK,
+            &api::NodePoolList { node_pools: pools },
+        )
     })
     .await
 }
@@ -163,7 +198,11 @@ pub(super) async fn list_versions(AxState(shared): S, headers: HeaderMap) -> Res
                 next_version: String::new(),
             })
             .collect();
-        json(StatusCode::OK, &api::VersionList { versions })
+        s.reply(
+            "GetK8sUpgradeVersionsResponseModel",
+            StatusCode::OK,
+            &api::VersionList { versions },
+        )
     })
     .await
 }
@@ -186,7 +225,11 @@ pub(super) async fn list_worker_images(
             .filter(|v| wanted.is_none_or(|w| *w == v.minor || *w == v.patch))
             .flat_map(catalog::worker_images)
             .collect();
-        json(StatusCode::OK, &api::WorkerImageList { images })
+        s.reply(
+            "GetK8sImagesResponseModel",
+            StatusCode::OK,
+            &api::WorkerImageList { images },
+        )
     })
     .await
 }

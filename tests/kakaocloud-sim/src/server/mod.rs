@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use kakaocloud::api::{self, error_codes, paths};
+use kakaocloud::contract;
 use kakaocloud::naming;
 use rand::Rng;
 use serde::Serialize;
@@ -41,6 +42,10 @@ struct SimInstance {
     flavor: FlavorSeed,
     /// When it was created (the list-lag fault hides young instances from lists).
     created: std::time::Instant,
+    /// Its port and root volume, reported (instead of `null`) once it is active.
+    address: api::InstanceAddress,
+    volume: api::AttachedVolume,
+    user_id: String,
 }
 
 struct ProjectState {
@@ -67,6 +72,8 @@ pub(crate) struct Shared {
     boots: Mutex<Vec<JoinHandle<()>>>,
     /// Default project's control-plane endpoint and CA, when set at runtime.
     cluster_override: Mutex<Option<(String, u16, String)>>,
+    /// Every way a response departed from KakaoCloud's official models (should stay empty).
+    violations: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -114,6 +121,7 @@ impl Shared {
             hook: RwLock::new(None),
             boots: Mutex::new(Vec::new()),
             cluster_override: Mutex::new(None),
+            violations: Mutex::new(Vec::new()),
             config,
         })
     }
@@ -141,6 +149,32 @@ impl Shared {
             .flat_map(|p| p.instances.iter().chain(p.deleted.iter()))
             .find(|i| i.instance.id == id)
             .and_then(|i| i.user_data.clone())
+    }
+
+    pub fn contract_violations(&self) -> Vec<String> {
+        lock(&self.violations).clone()
+    }
+
+    /// Serves `value` as the official model `model` with `status`, recording any departure
+    /// from the model (the contract tests assert there is none).
+    fn reply<T: Serialize>(&self, model: &str, status: StatusCode, value: &T) -> Response {
+        let doc = match serde_json::to_value(value) {
+            Ok(doc) => doc,
+            Err(e) => {
+                lock(&self.violations).push(format!("{model}: does not serialise: {e}"));
+                return json(StatusCode::INTERNAL_SERVER_ERROR, &serde_json::json!({}));
+            }
+        };
+        let found = contract::official().violations(model, &doc);
+        if !found.is_empty() {
+            tracing::error!(
+                model,
+                ?found,
+                "simulator response departs from the official model"
+            );
+            lock(&self.violations).extend(found.into_iter().map(|v| format!("{model} {v}")));
+        }
+        json(status, &doc)
     }
 
     pub fn request_count(&self, route: &str) -> usize {
@@ -240,15 +274,74 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// IAM's Keystone error (official `KeystoneError`).
 fn iam_error(status: StatusCode, title: &str, message: &str) -> Response {
     let body = api::IamErrorBody {
         error: api::IamError {
-            code: status.as_u16(),
-            message: message.to_string(),
+            code: Some(status.as_u16()),
+            message: Some(message.to_string()),
             title: Some(title.to_string()),
         },
     };
     (status, axum::Json(body)).into_response()
+}
+
+/// Reads a request body as the official model `model`, or answers as KakaoCloud's FastAPI
+/// services do: 422 with `{"detail": [{"loc", "msg", "type"}]}` naming each problem. Stricter
+/// than the server in one way: a field the model does not have is refused too, so a client
+/// sending one fails here rather than being silently ignored in production.
+fn parse_request<T: serde::de::DeserializeOwned>(model: &str, body: &[u8]) -> Result<T, Response> {
+    let doc: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        unprocessable(vec![validation_error(
+            vec!["body".into()],
+            &format!("invalid JSON: {e}"),
+            "value_error.jsondecode",
+        )])
+    })?;
+    let found = contract::official().violations(model, &doc);
+    if !found.is_empty() {
+        return Err(unprocessable(
+            found
+                .iter()
+                .map(|v| {
+                    let (path, msg) = v.split_once(": ").unwrap_or((v.as_str(), "invalid"));
+                    let mut loc = vec![serde_json::Value::from("body")];
+                    loc.extend(
+                        path.trim_start_matches('$')
+                            .split(['.', '[', ']'])
+                            .filter(|p| !p.is_empty())
+                            .map(|p| match p.parse::<u64>() {
+                                Ok(i) => serde_json::Value::from(i),
+                                Err(_) => serde_json::Value::from(p),
+                            }),
+                    );
+                    validation_error(loc, msg, "value_error")
+                })
+                .collect(),
+        ));
+    }
+    serde_json::from_value(doc).map_err(|e| {
+        unprocessable(vec![validation_error(
+            vec!["body".into()],
+            &e.to_string(),
+            "type_error",
+        )])
+    })
+}
+
+fn validation_error(loc: Vec<serde_json::Value>, msg: &str, kind: &str) -> api::ValidationError {
+    api::ValidationError {
+        loc,
+        msg: msg.to_owned(),
+        kind: kind.to_owned(),
+    }
+}
+
+fn unprocessable(detail: Vec<api::ValidationError>) -> Response {
+    json(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &api::ValidationErrorBody { detail },
+    )
 }
 
 fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
