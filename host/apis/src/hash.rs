@@ -46,3 +46,30 @@ pub fn nodeclass_hash(spec: &KCNodeClassSpec) -> String {
         disabled => short_hash(&(fields, disabled)),
     }
 }
+
+#[cfg(test)]
+mod hyper_threading_tests {
+    use super::*;
+    use crate::crd::KCNodeClass;
+
+    #[test]
+    fn the_default_hyper_threading_keeps_the_hash_a_change_drifts() {
+        let class: KCNodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.kakaocloud.com/v1alpha1",
+            "kind": "KCNodeClass",
+            "metadata": {"name": "c"},
+            "spec": {
+                "subnetSelectorTerms": [{"id": "sn-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                "bootstrap": {"kubernetesVersion": "1.35"}
+            }
+        }))
+        .unwrap();
+        let unset = nodeclass_hash(&class.spec);
+        let mut spec = class.spec.clone();
+        spec.hyper_threading = Some(HyperThreading::Enabled);
+        assert_eq!(nodeclass_hash(&spec), unset, "explicit default: no drift");
+        spec.hyper_threading = Some(HyperThreading::Disabled);
+        assert_ne!(nodeclass_hash(&spec), unset, "a real change drifts");
+    }
+}

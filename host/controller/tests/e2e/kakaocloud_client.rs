@@ -887,6 +887,15 @@ async fn the_simulator_serves_only_the_official_shapes() {
         Some(true),
         "sent explicitly: not disabled"
     );
+    let without_ht = client
+        .instances()
+        .create(&LaunchSpec {
+            disable_hyper_threading: true,
+            ..spec("kk-contract-noht")
+        })
+        .await
+        .unwrap();
+    assert_eq!(without_ht.is_hyper_threading, Some(false));
     let raw: serde_json::Value = reqwest::Client::new()
         .get(format!(
             "{}/api/v1/instances/{}",

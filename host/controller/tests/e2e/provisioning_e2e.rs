@@ -278,8 +278,17 @@ async fn taints_keep_intolerant_pods_off_and_tolerating_pods_get_tainted_nodes()
     );
 }
 
-fn is_gpu_flavor(name: &str) -> bool {
-    name.starts_with("gn1i") || name.starts_with("p2i")
+/// The flavors KakaoCloud lists as `instance_type: gpu` (the official enum's GPU kind).
+async fn gpu_flavors(env: &Env) -> BTreeSet<String> {
+    env.cloud
+        .flavors()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.instance_type == Some(kakaocloud::api::InstanceKind::Gpu))
+        .filter_map(|f| f.name)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,10 +322,12 @@ async fn zone_topology_spread_uses_three_zones_and_gpu_pods_alone_get_gpu_flavor
     let gpu_pods = env.wait_running(&ns, "gpu", 1).await;
     let node = env.node_of(&gpu_pods[0]).await;
     let flavor = label(&node, "node.kubernetes.io/instance-type");
+    let gpu_kinds = gpu_flavors(&env).await;
     assert!(
-        is_gpu_flavor(flavor),
-        "the GPU pod gets a GPU flavor: {flavor}"
+        gpu_kinds.contains(flavor),
+        "the GPU pod gets a flavor KakaoCloud reports as gpu: {flavor} not in {gpu_kinds:?}"
     );
+    assert_eq!(label(&node, kk_apis::names::label::INSTANCE_GPU_COUNT), "1");
 
     // Only the GPU pod's NodeClaim is a GPU flavor; the spread pods' are not. (Once nodes exist,
     // kube-scheduler may still bind a CPU pod to the GPU node: taint GPU pools to prevent that.)
@@ -330,13 +341,32 @@ async fn zone_topology_spread_uses_three_zones_and_gpu_pods_alone_get_gpu_flavor
     };
     let gpu_claims = claims
         .iter()
-        .filter(|c| is_gpu_flavor(&flavor_of(c)))
+        .filter(|c| gpu_kinds.contains(&flavor_of(c)))
         .count();
     assert_eq!(gpu_claims, 1, "one GPU NodeClaim of {}", claims.len());
     assert_eq!(
         claims.len(),
         4,
         "three CPU NodeClaims for the spread pods, one GPU NodeClaim"
+    );
+    // Hyper-threading was chosen explicitly: KakaoCloud would turn it off on the CPU flavors
+    // had the create left `is_disable_hyper_threading` out (its default is true).
+    let cpu_instances: Vec<_> = env
+        .sim
+        .instances()
+        .into_iter()
+        .filter(|i| {
+            i.flavor
+                .as_ref()
+                .and_then(|f| f.name.as_deref())
+                .is_some_and(|n| !gpu_kinds.contains(n))
+        })
+        .collect();
+    assert_eq!(cpu_instances.len(), 3);
+    assert!(
+        cpu_instances
+            .iter()
+            .all(|i| i.is_hyper_threading == Some(true))
     );
 }
 
