@@ -468,6 +468,28 @@ mod tests {
     }
 
     #[test]
+    fn fastapi_validation_errors_name_the_field() {
+        let body = br#"{"detail":[{"loc":["body","instance","image_id"],"msg":"field required","type":"value_error.missing"}]}"#;
+        let err = classify(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &HeaderMap::new(),
+            body,
+            "x",
+        );
+        assert_eq!(
+            err,
+            Error::InvalidInput {
+                message: "body.instance.image_id: field required".into()
+            }
+        );
+        let keystone = br#"{"error":{"code":401,"message":"The request you have made requires authentication.","title":"Unauthorized"}}"#;
+        assert!(matches!(
+            classify(StatusCode::UNAUTHORIZED, &HeaderMap::new(), keystone, "x"),
+            Error::Unauthorized { message } if message.starts_with("The request")
+        ));
+    }
+
+    #[test]
     fn hostile_retry_after_values_never_panic_and_stay_within_the_budget() {
         let policy = RetryPolicy::default();
         let started = std::time::Instant::now();
