@@ -38,3 +38,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
+
+{{/* The controller image: repository:tag, pinned with @digest when one is given. */}}
+{{- define "kk.image" -}}
+{{- $image := .Values.controller.image -}}
+{{- $ref := printf "%s:%s" $image.repository ($image.tag | default .Chart.AppVersion) -}}
+{{- if $image.digest }}{{ printf "%s@%s" $ref $image.digest }}{{ else }}{{ $ref }}{{ end -}}
+{{- end }}

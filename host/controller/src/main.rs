@@ -9,6 +9,7 @@ mod leader;
 mod startup;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use karpenter_kakaocloud::keyring;
@@ -49,6 +50,35 @@ fn shutdown_watch() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
     Ok(rx)
 }
 
+/// GETs `url` once (10 s); 0 when it answers 2xx, 1 otherwise (printed either way).
+async fn check(url: &str) -> i32 {
+    kakaocloud::install_crypto_provider();
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("check: {e}");
+            return 1;
+        }
+    };
+    match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => {
+            println!("check: {url} answered {}", r.status());
+            0
+        }
+        Ok(r) => {
+            eprintln!("check: {url} answered {}", r.status());
+            1
+        }
+        Err(e) => {
+            eprintln!("check: {url}: {}", e.without_url());
+            1
+        }
+    }
+}
+
 async fn shutdown_requested(stop: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
@@ -61,6 +91,11 @@ async fn main() {
             println!("{name}");
         }
         return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("--check") {
+        // `helm test`: the image has no shell or curl, so the binary asks the controller itself.
+        let url = std::env::args().nth(2).unwrap_or_default();
+        std::process::exit(check(&url).await);
     }
     let startup = match Startup::from_env() {
         Ok(s) => s,

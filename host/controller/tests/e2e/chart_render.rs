@@ -393,3 +393,123 @@ fn chart_refuses_unsafe_values() {
     ]);
     assert!(ok, "one replica without leader election is fine");
 }
+
+#[test]
+fn values_off_the_schema_are_refused_naming_the_value() {
+    let (_dir, chart) = chart_copy();
+    for (set, says) in [
+        ("logFormat=xml", "/logFormat"),
+        ("settings.cni=weave", "/settings/cni"),
+        ("controller.image.digest=latest", "/controller/image/digest"),
+        ("replicas=0", "/replicas"),
+        (
+            "settings.batchIdleDuration=soon",
+            "/settings/batchIdleDuration",
+        ),
+        // A typo is refused rather than silently ignored.
+        ("replica=3", "replica"),
+        ("metrics.port=70000", "/metrics/port"),
+    ] {
+        let err = template(&chart, &[set]).expect_err(set);
+        assert!(err.contains("schema") && err.contains(says), "{set}: {err}");
+    }
+}
+
+#[test]
+fn upstream_parity_values_render() {
+    let (_dir, chart) = chart_copy();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let objects = template(
+        &chart,
+        &[
+            &format!("controller.image.digest={digest}"),
+            "imagePullSecrets[0].name=regcred",
+            "controller.envFrom[0].configMapRef.name=extra-env",
+            "controller.extraVolumeMounts[0].name=certs",
+            "controller.extraVolumeMounts[0].mountPath=/etc/extra",
+            "extraVolumes[0].name=certs",
+            "extraVolumes[0].configMap.name=certs",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "podSecurityContext.runAsUser=65533",
+            "controller.securityContext.readOnlyRootFilesystem=true",
+        ],
+    )
+    .unwrap();
+    let pod =
+        &find(&objects, "Deployment", "karpenter-provider-kakaocloud")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!(
+            "ke-container-registry.kr-central-2.kcr.dev/ke-helm-public/karpenter-provider-kakaocloud:0.1.0@{digest}"
+        )
+    );
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(container["envFrom"][0]["configMapRef"]["name"], "extra-env");
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(mounts, ["plugin-cache", "certs"]);
+    assert_eq!(pod["volumes"][1]["configMap"]["name"], "certs");
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "topology.kubernetes.io/zone"
+    );
+    assert_eq!(pod["securityContext"]["runAsUser"], 65533);
+    assert_eq!(
+        pod["securityContext"]["runAsNonRoot"], true,
+        "defaults kept"
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"][0],
+        "ALL"
+    );
+    // The guard stays whatever else is set.
+    assert!(
+        pod["affinity"]
+            .to_string()
+            .contains("karpenter.sh/nodepool")
+    );
+
+    // `helm test` asks the controller through its Service with the image's own binary.
+    let check = find(&objects, "Pod", "karpenter-provider-kakaocloud-check");
+    assert_eq!(check["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(check["spec"]["containers"][0]["image"], container["image"]);
+    assert_eq!(check["spec"]["containers"][0]["args"][0], "--check");
+    assert_eq!(
+        check["spec"]["containers"][0]["args"][1],
+        "http://karpenter-provider-kakaocloud.karpenter-kakaocloud.svc:8080/metrics"
+    );
+}
+
+#[test]
+fn the_check_mode_reports_whether_an_endpoint_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = stream.read(&mut buf);
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            .unwrap();
+    });
+    let ok = Command::new(BIN)
+        .args(["--check", &format!("http://{addr}/metrics")])
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    // Nothing listens there any more.
+    let down = Command::new(BIN)
+        .args(["--check", &format!("http://{addr}/metrics")])
+        .output()
+        .unwrap();
+    assert_eq!(down.status.code(), Some(1), "{down:?}");
+}
