@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Puts the default plugins into the Helm chart and packages it.
 #
-#   scripts/package-chart.sh [--no-package]
+#   scripts/package-chart.sh [--no-package] [--chart DIR]
 #
+# --chart fills another copy of the chart (scripts/release.sh packages a copy, so tests reading
+# the repository's chart never see it half-written).
 # Builds the three default plugins (scripts/build-plugins.sh) and writes each one into the chart
 # as charts/karpenter-provider-kakaocloud/plugins/<name>/{plugin.wasm.gz,sha256,world} (gitignored:
 # build outputs are never committed). templates/plugins.yaml turns them into ConfigMaps in the
@@ -15,7 +17,13 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 chart=charts/karpenter-provider-kakaocloud
 package=1
-[[ "${1:-}" == "--no-package" ]] && package=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --no-package) package=0; shift ;;
+    --chart) chart="$2"; shift 2 ;;
+    *) echo "usage: scripts/package-chart.sh [--no-package] [--chart DIR]" >&2; exit 2 ;;
+  esac
+done
 
 for f in crds/*.yaml; do
   cmp -s "$f" "$chart/crds/$(basename "$f")" || {

@@ -11,6 +11,10 @@ bash scripts/package-chart.sh --no-package
 bash tests/controlplane/build.sh
 # helm for the chart tests (host/controller/tests/e2e/chart_*.rs) and the demo.
 bash tests/controlplane/build-helm.sh
+# The OCI registry and image tools, and the controller image, for the release test
+# (host/controller/tests/e2e/release_oci.rs).
+bash tests/oci/build.sh
+bash scripts/build-image.sh
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -56,6 +56,11 @@ impl Cluster {
     /// Runs a shell script the way a user types the guide's commands: `kubectl` and `helm` on
     /// PATH, KUBECONFIG the admin's, in the work directory.
     pub fn shell(&self, script: &str) -> anyhow::Result<String> {
+        self.shell_with(script, &[])
+    }
+
+    /// [`Cluster::shell`] with extra environment (e.g. `SSL_CERT_FILE` trusting a test registry).
+    pub fn shell_with(&self, script: &str, env: &[(&str, &Path)]) -> anyhow::Result<String> {
         let helm_dir = helm_path()
             .parent()
             .map(Path::to_path_buf)
@@ -75,6 +80,9 @@ impl Cluster {
             .env("HELM_CACHE_HOME", home.join("cache"))
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_DATA_HOME", home.join("data"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         output(cmd, None, "shell")
     }
 }

@@ -1,5 +1,6 @@
 //! The install guide's steps, as a user runs them.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -63,6 +64,30 @@ rm keyring.json
     /// of the OCI registry, with the simulator's endpoints and `extra` `--set` flags. Returns how
     /// long helm took.
     pub fn step2_install(&self, extra: &[&str]) -> anyhow::Result<Duration> {
+        let chart = chart_dir().display().to_string();
+        self.step2(&chart, None, extra, &[])
+    }
+
+    /// Step 2 exactly as the guide types it, from an OCI registry: `oci://<registry>/…` at
+    /// `$KARPENTER_CHART_VERSION`, with `SSL_CERT_FILE` trusting the registry. Only the registry
+    /// host and the simulator's endpoints differ from the guide.
+    pub fn step2_install_oci(
+        &self,
+        chart: &str,
+        version: &str,
+        ca_bundle: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Duration> {
+        self.step2(chart, Some(version), extra, &[("SSL_CERT_FILE", ca_bundle)])
+    }
+
+    fn step2(
+        &self,
+        chart: &str,
+        version: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> anyhow::Result<Duration> {
         let mut sets = String::new();
         for (service, url) in self.sim.endpoint_overrides() {
             sets.push_str(&format!("  --set endpoints.{service}={url} \\\n"));
@@ -70,12 +95,20 @@ rm keyring.json
         for e in extra {
             sets.push_str(&format!("  --set {e} \\\n"));
         }
+        let (export, version_flag) = match version {
+            Some(v) => (
+                format!("export KARPENTER_CHART_VERSION='{v}'\n"),
+                "  --version \"$KARPENTER_CHART_VERSION\" \\\n",
+            ),
+            None => (String::new(), ""),
+        };
         let started = Instant::now();
-        self.shell(&format!(
-            r#"
+        self.shell_with(
+            &format!(
+                r#"{export}
 helm upgrade --install karpenter-provider-kakaocloud \
   {chart} \
-  --namespace karpenter-kakaocloud \
+{version_flag}  --namespace karpenter-kakaocloud \
   --create-namespace \
   --set clusterName='{CLUSTER}' \
   --set projectID='{PROJECT}' \
@@ -83,9 +116,10 @@ helm upgrade --install karpenter-provider-kakaocloud \
   --set sigKey.secretName=karpenter-sigkey \
 {sets}  --wait \
   --timeout 10m
-"#,
-            chart = chart_dir().display()
-        ))?;
+"#
+            ),
+            env,
+        )?;
         Ok(started.elapsed())
     }
 

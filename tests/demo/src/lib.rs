@@ -15,6 +15,7 @@ mod install;
 mod kubelet;
 mod plugins;
 mod proxy;
+mod registry;
 mod tools;
 
 pub use cluster::*;
@@ -22,6 +23,7 @@ pub use controller::*;
 pub use kubelet::*;
 pub use plugins::*;
 pub use proxy::Proxy;
+pub use registry::*;
 pub use tools::*;
 
 pub const NAMESPACE: &str = "karpenter-kakaocloud";

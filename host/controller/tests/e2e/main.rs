@@ -21,3 +21,4 @@ mod plugins_configmap;
 mod plugins_hostile;
 mod plugins_runtime;
 mod provisioning_e2e;
+mod release_oci;
