@@ -29,7 +29,7 @@ rm -rf "$work" && mkdir -p "$work/base" "$work/app" "$work/debs"
 
 # The binary: its own target directory, because the path remapping below changes every
 # compilation unit's flags; remapped paths keep the checkout's location out of the binary.
-target="$KK_CACHE/image-target"
+target="${IMAGE_TARGET_DIR:-$KK_CACHE/image-target}"
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 RUSTFLAGS="--remap-path-prefix=$root=/src --remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$HOME/.rustup=/rustup --remap-path-prefix=$target=/target" \
 CARGO_PROFILE_RELEASE_STRIP=symbols \
