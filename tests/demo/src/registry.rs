@@ -143,6 +143,53 @@ impl Registry {
         ))
     }
 
+    /// Pushes the chart `scripts/release.sh` released as `from` again as version `to` (the same
+    /// image, pinned), to have a next version to upgrade to. Returns the packaged chart's path.
+    pub fn push_chart_as(&self, from: &str, to: &str, path: &str) -> anyhow::Result<PathBuf> {
+        let released = kk_cache().join("release").join(from).join("chart");
+        let work = tempfile::tempdir()?;
+        let chart = work.path().join("karpenter-provider-kakaocloud");
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(&released)
+            .arg(&chart)
+            .status()?;
+        anyhow::ensure!(status.success(), "copying {}", released.display());
+        let meta = std::fs::read_to_string(chart.join("Chart.yaml"))?;
+        let meta: String = meta
+            .lines()
+            .map(|l| {
+                if l.starts_with("version:") {
+                    format!("version: {to}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(chart.join("Chart.yaml"), meta + "\n")?;
+        let helm = crate::helm_path();
+        let out = kk_cache().join("release").join(to);
+        std::fs::create_dir_all(&out)?;
+        let package = Command::new(&helm)
+            .arg("package")
+            .arg(&chart)
+            .arg("-d")
+            .arg(&out)
+            .output()?;
+        anyhow::ensure!(package.status.success(), "helm package: {package:?}");
+        let tgz = out.join(format!("karpenter-provider-kakaocloud-{to}.tgz"));
+        let push = Command::new(&helm)
+            .arg("push")
+            .arg(&tgz)
+            .arg(format!("oci://{}/{path}", self.host))
+            .env("SSL_CERT_FILE", &self.ca_bundle)
+            .env("HELM_CONFIG_HOME", work.path().join("helm"))
+            .output()?;
+        anyhow::ensure!(push.status.success(), "helm push: {push:?}");
+        Ok(tgz)
+    }
+
     /// Copies `file` out of the pushed image `reference` (the image's own bytes, from the
     /// registry) to `out`.
     pub fn extract(&self, reference: &str, file: &str, out: &Path) -> anyhow::Result<()> {
