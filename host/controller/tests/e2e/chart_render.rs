@@ -513,3 +513,30 @@ fn the_check_mode_reports_whether_an_endpoint_answers() {
         .unwrap();
     assert_eq!(down.status.code(), Some(1), "{down:?}");
 }
+
+/// The chart, its appVersion, the crates and the plugin contract are released together
+/// (scripts/release.sh refuses otherwise; CHANGELOG.md has the version's section).
+#[test]
+fn versions_move_in_step() {
+    let root = kk_demo::repo_root();
+    let chart = std::fs::read_to_string(kk_demo::chart_dir().join("Chart.yaml")).unwrap();
+    let field = |key: &str| {
+        chart
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+            .unwrap()
+    };
+    let wit = std::fs::read_to_string(root.join("wit/karpenter.wit")).unwrap();
+    let wit_version = wit
+        .lines()
+        .find_map(|l| l.strip_prefix("package kakaocloud:karpenter@"))
+        .map(|v| v.trim_end_matches(';').to_owned())
+        .unwrap();
+    let crate_version = env!("CARGO_PKG_VERSION");
+    assert_eq!(field("version:"), crate_version);
+    assert_eq!(field("appVersion:"), crate_version);
+    assert_eq!(wit_version, crate_version);
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
+    assert!(changelog.contains(&format!("\n## {crate_version}\n")));
+}
