@@ -24,8 +24,10 @@ done
 bash tests/oci/build.sh
 version="$(awk -F'"' '/^version *=/ {print $2; exit}' Cargo.toml)"
 out="$KK_CACHE/image/$version"
-work="$out/work"
-rm -rf "$work" && mkdir -p "$work/base" "$work/app" "$work/debs"
+mkdir -p "$out"
+work="$(mktemp -d "$out/work.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/base" "$work/app" "$work/debs"
 
 # The binary: its own target directory, because the path remapping below changes every
 # compilation unit's flags; remapped paths keep the checkout's location out of the binary.
