@@ -64,8 +64,11 @@ impl Registry {
         };
         let cert = write("tls.crt", &cert_pem)?;
         let key = write("tls.key", &key_pem)?;
-        let system =
-            std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+        // The roots this process trusts (SSL_CERT_FILE when set), plus the registry's CA.
+        let roots = std::env::var_os("SSL_CERT_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+        let system = std::fs::read_to_string(roots).unwrap_or_default();
         let ca_bundle = write("ca-bundle.crt", &format!("{system}\n{ca_pem}"))?;
         let port = free_port();
         let config = write(
@@ -122,7 +125,8 @@ impl Registry {
     /// registry: builds the image (up to date when `scripts/test.sh` built it), pins its digest
     /// in the chart and pushes both. Returns the pinned image reference.
     pub fn release(&self, version: &str, path: &str) -> anyhow::Result<String> {
-        let out = Command::new("bash")
+        let _one_at_a_time = release_lock();
+        let out = user_shell()
             .arg(repo_root().join("scripts/release.sh"))
             .args([version, "--registry", &format!("{}/{path}", self.host)])
             .arg("--prebuilt-plugins")
@@ -146,6 +150,7 @@ impl Registry {
     /// Pushes the chart `scripts/release.sh` released as `from` again as version `to` (the same
     /// image, pinned), to have a next version to upgrade to. Returns the packaged chart's path.
     pub fn push_chart_as(&self, from: &str, to: &str, path: &str) -> anyhow::Result<PathBuf> {
+        let _one_at_a_time = release_lock();
         let released = kk_cache().join("release").join(from).join("chart");
         let work = tempfile::tempdir()?;
         let chart = work.path().join("karpenter-provider-kakaocloud");
@@ -204,6 +209,44 @@ impl Registry {
         );
         Ok(())
     }
+}
+
+/// Releases write one image layout and one release directory per version: tests in this process
+/// take turns.
+fn release_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `bash` with the environment a user's shell has, not the one `cargo test` gives its tests
+/// (`CARGO_*` variables there would make the nested cargo build see changed build-script inputs
+/// and rebuild crates the image build had compiled).
+fn user_shell() -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.env_clear();
+    for key in [
+        "PATH",
+        "HOME",
+        "LANG",
+        "USER",
+        "KK_CACHE",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "GOCACHE",
+        "GOMODCACHE",
+        "GOPROXY",
+        "GOFLAGS",
+        "CARGO_TARGET_DIR",
+        "KK_PLUGIN_DIR",
+        "KK_CONTROLPLANE_DIR",
+        "SSL_CERT_DIR",
+        "RUSTUP_TOOLCHAIN",
+    ] {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    cmd
 }
 
 /// Where `scripts/build-image.sh` records the digest of VERSION's image.
