@@ -238,7 +238,26 @@ fn make_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free TCP port on loopback for a process started later (bound and released).
+///
+/// Taken below Linux's ephemeral range (32768 and up), where `bind(0)` and outgoing connections
+/// get their ports: a port handed out here cannot be taken by another listener or connection
+/// between this check and the process binding it. Each port is handed out once per process,
+/// from a start that differs between processes.
+pub fn free_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..SPAN {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(FIRST + offset)?;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    // Every port of the span is taken: the kernel's choice.
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }

@@ -54,12 +54,10 @@ pub fn guide_nodeclass() -> String {
         .replace("<KUBERNETES_MAJOR.MINOR>", KUBERNETES_MINOR)
 }
 
-/// A free TCP port on loopback (bound and released).
+/// A free TCP port on loopback for a process started later: `controlplane::free_port`, which
+/// keeps clear of the ports the kernel hands out.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    controlplane::free_port().unwrap_or(0)
 }
 
 pub(crate) fn output(mut cmd: Command, stdin: Option<&str>, what: &str) -> anyhow::Result<String> {

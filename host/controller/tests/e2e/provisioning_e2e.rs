@@ -516,10 +516,12 @@ async fn a_duplicate_from_a_lost_answer_and_a_lagging_list_is_marked_and_collect
     let claims = env.claims_of("karpenter-default").await;
     assert_eq!(claims.len(), 1);
     let claim = claims[0].metadata.name.clone().unwrap();
-    assert_eq!(
-        env.sim.request_count(routes::INSTANCES_CREATE),
-        2,
-        "the lost answer and the lagging list made a second create"
+    // At least one duplicate; more when a reconcile runs again (e.g. after a conflict on the
+    // status write) while the list still lags. Every one of them must be collected.
+    let creates = env.sim.request_count(routes::INSTANCES_CREATE);
+    assert!(
+        creates >= 2,
+        "the lost answer and the lagging list made a second create ({creates})"
     );
 
     // The duplicate carried the claim's create marker from its first moment, so garbage
@@ -539,25 +541,23 @@ async fn a_duplicate_from_a_lost_answer_and_a_lagging_list_is_marked_and_collect
         .expect("the launched instance is tagged");
     assert_eq!(owner.nodeclaim, claim);
     let all = env.sim.instances_including_deleted();
-    assert_eq!(all.len(), 2, "two instances ever");
-    let duplicate = all.iter().find(|i| i.id != launched.id).unwrap();
-    let marked = ring
-        .owner(
-            duplicate.description.as_deref().unwrap_or(""),
-            duplicate.name.as_deref().unwrap_or(""),
-            support::CLUSTER,
-            &duplicate.id,
-        )
-        .expect("the duplicate is attributable");
-    assert_eq!(
-        (marked.nodeclaim.as_str(), marked.proof),
-        (claim.as_str(), kakaocloud::ownership::Proof::Marker)
-    );
-    assert!(
-        env.metrics_text()
-            .contains(r#"action="duplicate-instance"} 1"#),
-        "counted"
-    );
+    assert_eq!(all.len(), creates, "one instance per create");
+    for duplicate in all.iter().filter(|i| i.id != launched.id) {
+        let marked = ring
+            .owner(
+                duplicate.description.as_deref().unwrap_or(""),
+                duplicate.name.as_deref().unwrap_or(""),
+                support::CLUSTER,
+                &duplicate.id,
+            )
+            .expect("the duplicate is attributable");
+        assert_eq!(
+            (marked.nodeclaim.as_str(), marked.proof),
+            (claim.as_str(), kakaocloud::ownership::Proof::Marker)
+        );
+    }
+    let counted = format!(r#"action="duplicate-instance"}} {}"#, creates - 1);
+    assert!(env.metrics_text().contains(&counted), "counted: {counted}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
