@@ -199,6 +199,7 @@ impl Operator {
             events: Events::new(recorder, "Launch"),
             backoff: Backoff::default(),
             join,
+            launches: Default::default(),
         });
         let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1024);
         let forward = tokio::spawn(async move {

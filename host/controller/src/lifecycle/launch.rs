@@ -4,6 +4,31 @@
 //! offerings when one is out of capacity.
 
 use super::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// How long a created instance is remembered: long past any watch lag, short enough that the
+/// map stays small.
+const LAUNCH_CACHE_TTL: Duration = Duration::from_secs(60);
+
+/// The instances this process created, by NodeClaim UID (upstream keeps the same cache in
+/// `nodeclaim/lifecycle/launch.go`). A reconcile of a claim whose cached copy predates its
+/// `status.providerID` takes the instance from here instead of creating a second one.
+#[derive(Default)]
+pub struct LaunchCache(Mutex<HashMap<String, (Instance, Instant)>>);
+
+impl LaunchCache {
+    fn get(&self, uid: &str) -> Option<Instance> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, (_, at)| at.elapsed() < LAUNCH_CACHE_TTL);
+        map.get(uid).map(|(instance, _)| instance.clone())
+    }
+
+    fn insert(&self, uid: &str, instance: &Instance) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(uid.to_owned(), (instance.clone(), Instant::now()));
+    }
+}
 
 impl Lifecycle {
     pub(super) fn nodeclass(&self, nc: &NodeClaim) -> Result<Arc<KCNodeClass>, String> {
@@ -103,6 +128,11 @@ impl Lifecycle {
         }
         let catalog = self.catalog.instance_types().await?;
 
+        // A stale read of a claim this process already launched.
+        let uid = nc.uid().unwrap_or_default();
+        if let Some(instance) = self.launches.get(&uid) {
+            return self.launched(nc, &instance, &catalog, &image.id).await;
+        }
         // Restart safety: an instance of this name is this claim's.
         let started = Instant::now();
         let existing = self.cloud.instances().find_by_name(&instance_name).await;
@@ -175,6 +205,7 @@ impl Lifecycle {
                     .observe_cloud("Create", started.elapsed().as_secs_f64(), err_kind);
                 match created {
                     Ok(instance) => {
+                        self.launches.insert(&uid, &instance);
                         tracing::info!(NodeClaim = %name, instance = %instance.id,
                             instance_type = %it.name, zone = %offering.zone, "launched nodeclaim");
                         return self.launched(nc, &instance, &catalog, &image.id).await;

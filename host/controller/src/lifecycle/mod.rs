@@ -7,7 +7,10 @@
 //!
 //! Restart safety: the instance name is a pure function of (cluster, NodeClaim), and launch
 //! looks the name up before creating, so a controller killed between "create" and "status
-//! written" finds its instance instead of launching a second one.
+//! written" finds its instance instead of launching a second one. Within one process a
+//! [`LaunchCache`] covers the other gap, as upstream's launch cache does: a reconcile that reads
+//! the claim from a cache that has not yet seen `status.providerID` (and a cloud list that does
+//! not yet show the new instance) reuses the instance this process created.
 //!
 //! A registered NodeClaim's drain and deletion belong to `termination`.
 
@@ -15,6 +18,7 @@ pub mod bootstrap;
 mod finalize;
 mod initialization;
 mod launch;
+pub use launch::LaunchCache;
 mod liveness;
 mod registration;
 
@@ -97,6 +101,8 @@ pub struct Lifecycle {
     /// Per-NodeClaim retry delays of failed reconciles.
     pub backoff: Backoff,
     pub join: JoinInfo,
+    /// Instances this process created, by NodeClaim UID, until the claim's status shows them.
+    pub launches: LaunchCache,
 }
 
 fn now() -> Time {
