@@ -103,6 +103,7 @@ impl Disrupter {
 
     /// One pass: plan, validate, act.
     pub async fn pass(&self) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
         let snapshot = self.snapshot().await?;
         self.metrics
             .cluster_hourly_price_micros
@@ -114,6 +115,13 @@ impl Disrupter {
             (snapshot, plan)
         })
         .await?;
+        self.metrics
+            .disruption_evaluation
+            .get_or_create(&crate::metrics::EvaluationLabels {
+                reason: "all".into(),
+                consolidation_type: String::new(),
+            })
+            .observe(started.elapsed().as_secs_f64());
         let commands: Vec<Command> = plan.forceful.into_iter().chain(plan.graceful).collect();
         if commands.is_empty() {
             return Ok(());
@@ -245,7 +253,8 @@ impl Disrupter {
             .into_iter()
             .find(|p| p.name_any() == r.node_pool)
             .ok_or_else(|| anyhow::anyhow!("NodePool {} is gone", r.node_pool))?;
-        let input = translate::nodepool_input(&pool, Resources::ZERO, 0);
+        // The zone is pinned below from the simulation, which kept to the class's subnets.
+        let input = translate::nodepool_input(&pool, None, Resources::ZERO, 0);
         let mut requirements: Vec<PoolRequirement> = input
             .requirements
             .into_iter()

@@ -92,13 +92,26 @@ impl Lifecycle {
                 .await;
             }
             let nodes: Api<Node> = Api::all(self.client.clone());
-            let synced = nodes
-                .patch(
-                    &node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(registration_patch(nc, node)),
-                )
-                .await?;
+            // The kubelet writes the Node often while it joins: on a conflict, read it again and
+            // retry now rather than after a requeue.
+            let mut current = node.clone();
+            let mut attempts = 0;
+            let synced = loop {
+                attempts += 1;
+                match nodes
+                    .patch(
+                        &node_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(registration_patch(nc, &current)),
+                    )
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => {
+                        current = nodes.get(&node_name).await?;
+                    }
+                    result => break result?,
+                }
+            };
             tracing::info!(node = %node_name, "registered nodeclaim");
             // The node joined: its bootstrap token has no use left.
             self.delete_bootstrap_token(&nc.name_any()).await?;

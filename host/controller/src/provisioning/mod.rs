@@ -281,11 +281,15 @@ impl Provisioner {
                 e.1 += 1;
             }
         }
+        let classes = self.state.nodeclasses.state();
         let pool_inputs: Vec<NodePoolInput> = pools
             .iter()
             .map(|np| {
                 let (r, n) = in_use.get(&np.name_any()).copied().unwrap_or_default();
-                translate::nodepool_input(np, r, n)
+                let class = classes
+                    .iter()
+                    .find(|c| c.name_any() == np.spec.template.spec.node_class_ref.name);
+                translate::nodepool_input(np, class.map(|c| &**c), r, n)
             })
             .collect();
 

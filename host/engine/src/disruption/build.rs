@@ -76,7 +76,7 @@ fn pod_state(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> PodState {
     state
 }
 
-fn pool_state(pool: &NodePool) -> PoolState {
+fn pool_state(pool: &NodePool, classes: &[KCNodeClass]) -> PoolState {
     let mut state = PoolState::new(pool.name_any());
     let d = &pool.spec.disruption;
     state.weight = pool.spec.weight.unwrap_or(0);
@@ -84,7 +84,10 @@ fn pool_state(pool: &NodePool) -> PoolState {
     state.consolidate_after = d.consolidate_after.duration();
     state.expire_after = pool.spec.template.spec.expire_after.duration();
     state.budgets = d.budgets.clone();
-    state.requirements = translate::nodepool_input(pool, Resources::ZERO, 0).requirements;
+    let class = classes
+        .iter()
+        .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+    state.requirements = translate::nodepool_input(pool, class, Resources::ZERO, 0).requirements;
     state.labels = pool
         .spec
         .template
@@ -269,7 +272,7 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         .collect();
     ClusterSnapshot {
         now: o.now,
-        pools: o.pools.iter().map(pool_state).collect(),
+        pools: o.pools.iter().map(|p| pool_state(p, o.classes)).collect(),
         nodes,
         instance_types: o.instance_types,
         pending_pods,

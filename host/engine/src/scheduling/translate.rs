@@ -10,7 +10,7 @@ use kk_apis::ResourceExt;
 use rand::Rng;
 
 use kk_apis::crd::nodeclaim::ResourceRequests;
-use kk_apis::crd::{NodeClaim, NodeClaimSpec, NodePool, Operator, Requirement};
+use kk_apis::crd::{KCNodeClass, NodeClaim, NodeClaimSpec, NodePool, Operator, Requirement};
 
 use super::instance_types::InstanceType;
 use super::model::{ExistingNode, NodeClaimDraft, NodePoolInput, PoolRequirement};
@@ -40,25 +40,59 @@ fn parse_operator(op: &str) -> Option<Operator> {
     })
 }
 
+/// The zones a KCNodeClass can launch into: those of its resolved subnets (upstream filters a
+/// NodePool's offerings by its NodeClass's subnets the same way). `None` restricts nothing: no
+/// class, no subnet resolved yet, or a subnet whose zone is unknown.
+pub fn nodeclass_zones(class: Option<&KCNodeClass>) -> Option<Vec<String>> {
+    let subnets = &class?.status.as_ref()?.subnets;
+    if subnets.is_empty() {
+        return None;
+    }
+    let mut zones: Vec<String> = subnets
+        .iter()
+        .map(|s| s.zone.clone())
+        .collect::<Option<_>>()?;
+    zones.sort();
+    zones.dedup();
+    Some(zones)
+}
+
 /// A NodePool as the solver sees it; `in_use`/`nodes_in_use` count its existing nodes and claims.
-pub fn nodepool_input(np: &NodePool, in_use: Resources, nodes_in_use: u64) -> NodePoolInput {
+/// `class` is its KCNodeClass: the pool's nodes can only be in the zones of its subnets.
+pub fn nodepool_input(
+    np: &NodePool,
+    class: Option<&KCNodeClass>,
+    in_use: Resources,
+    nodes_in_use: u64,
+) -> NodePoolInput {
     let t = &np.spec.template;
+    let mut requirements: Vec<PoolRequirement> = t
+        .spec
+        .requirements
+        .iter()
+        .map(|r| PoolRequirement {
+            requirement: NodeSelectorRequirement {
+                key: r.key.clone(),
+                operator: operator_str(r.operator).to_owned(),
+                values: (!r.values.is_empty()).then(|| r.values.clone()),
+            },
+            min_values: r.min_values,
+        })
+        .collect();
+    if let Some(zones) = nodeclass_zones(class) {
+        requirements.push(PoolRequirement {
+            requirement: NodeSelectorRequirement {
+                key: label::ZONE.into(),
+                operator: "In".into(),
+                values: Some(zones),
+            },
+            min_values: None,
+        });
+    }
     NodePoolInput {
         name: np.name_any(),
         weight: np.spec.weight.unwrap_or(0),
-        requirements: t
-            .spec
-            .requirements
-            .iter()
-            .map(|r| PoolRequirement {
-                requirement: NodeSelectorRequirement {
-                    key: r.key.clone(),
-                    operator: operator_str(r.operator).to_owned(),
-                    values: (!r.values.is_empty()).then(|| r.values.clone()),
-                },
-                min_values: r.min_values,
-            })
-            .collect(),
+        requirements,
         labels: t
             .metadata
             .as_ref()
@@ -279,10 +313,53 @@ pub(crate) mod tests {
         );
     }
 
+    fn class_with_subnets(zones: &[Option<&str>]) -> KCNodeClass {
+        let subnets: Vec<serde_json::Value> = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| serde_json::json!({"id": format!("s{i}"), "zone": z}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.kakaocloud.com/v1alpha1", "kind": "KCNodeClass",
+            "metadata": {"name": "c"},
+            "spec": {"subnetSelectorTerms": [{"id": "s0"}], "securityGroupSelectorTerms": [{"id": "g"}],
+                     "bootstrap": {"mode": "Kubeadm", "kubernetesVersion": "1.35"}},
+            "status": {"subnets": subnets},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pool_keeps_to_the_zones_of_its_class_subnets() {
+        let np = pool();
+        let zone_req = |input: &NodePoolInput| {
+            input
+                .requirements
+                .iter()
+                .find(|r| r.requirement.key == label::ZONE)
+                .map(|r| r.requirement.values.clone().unwrap_or_default())
+        };
+        let one = class_with_subnets(&[Some("kr-central-2-a"), Some("kr-central-2-a")]);
+        assert_eq!(
+            zone_req(&nodepool_input(&np, Some(&one), Resources::ZERO, 0)),
+            Some(vec!["kr-central-2-a".to_owned()])
+        );
+        // Unknown zones restrict nothing: the launch falls back across subnets as before.
+        let unknown = class_with_subnets(&[Some("kr-central-2-a"), None]);
+        assert_eq!(
+            zone_req(&nodepool_input(&np, Some(&unknown), Resources::ZERO, 0)),
+            None
+        );
+        assert_eq!(
+            zone_req(&nodepool_input(&np, None, Resources::ZERO, 0)),
+            None
+        );
+    }
+
     #[test]
     fn pool_and_draft_round_trip() {
         let np = pool();
-        let input = nodepool_input(&np, Resources::ZERO, 0);
+        let input = nodepool_input(&np, None, Resources::ZERO, 0);
         assert_eq!(input.weight, 10);
         assert_eq!(input.requirements[0].requirement.operator, "In");
         let draft = NodeClaimDraft {
