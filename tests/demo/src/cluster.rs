@@ -23,8 +23,16 @@ impl Cluster {
     /// Starts a private control plane and the simulator (its cluster endpoint pointed at the
     /// control plane, its boot hook registering Nodes), and registers the managed node.
     pub async fn start(sim: SimConfig) -> anyhow::Result<Cluster> {
+        Self::start_with(sim, controlplane::Options::default()).await
+    }
+
+    /// [`Cluster::start`] with control-plane options (extra API server flags, say).
+    pub async fn start_with(
+        sim: SimConfig,
+        options: controlplane::Options,
+    ) -> anyhow::Result<Cluster> {
         kakaocloud::install_crypto_provider();
-        let cp = controlplane::start(controlplane::Options::default()).await?;
+        let cp = controlplane::start(options).await?;
         let kube = cp.client().await;
         let sim = Simulator::start(sim).await?;
         let url = reqwest_free_url(cp.server_url())?;

@@ -187,6 +187,11 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// The process ID (for `/proc` readings).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no chance to release the Lease.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -221,25 +226,28 @@ impl Controller {
 
     /// GET `path` on one of its ports; `(status, body)`.
     pub fn http_get(&self, port: u16, path: &str) -> anyhow::Result<(u16, String)> {
-        use std::io::Read as _;
-        let mut sock = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        sock.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            sock,
-            "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
-        )?;
-        let mut out = String::new();
-        sock.read_to_string(&mut out)?;
-        let status = out
-            .get(9..12)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| anyhow!("not an HTTP response: {out:?}"))?;
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((status, body))
+        http_get(port, path)
     }
+}
+
+/// GET `path` on a local port; `(status, body)`.
+pub fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    use std::io::Read as _;
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // HTTP/1.0: the body arrives whole, never chunked, and the connection closes after it.
+    write!(sock, "GET {path} HTTP/1.0\r\nhost: localhost\r\n\r\n")?;
+    let mut out = String::new();
+    sock.read_to_string(&mut out)?;
+    let status = out
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("not an HTTP response: {out:?}"))?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 impl Drop for Controller {
