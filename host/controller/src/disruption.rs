@@ -8,6 +8,7 @@ use kk_apis::names::{label, taint};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -141,11 +142,10 @@ impl Disrupter {
         Ok(())
     }
 
-    async fn event_claim(&self, claim: &str, type_: EventType, reason: &str, note: String) {
+    fn event_claim(&self, claim: &str, type_: EventType, reason: &str, note: String) {
         if let Some(nc) = self.state.nodeclaim(claim) {
             self.events
-                .publish(&nc.object_ref(&()), type_, reason, note)
-                .await;
+                .publish(&nc.object_ref(&()), type_, reason, note);
         }
     }
 
@@ -167,12 +167,12 @@ impl Disrupter {
         // Marked first: provisioning stops placing pods on them before the taint lands.
         self.state
             .mark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
-        for (node, _, _) in &targets {
-            if let Err(err) = taint(&nodes, node, true).await {
-                self.state
-                    .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
-                return Err(err.into());
-            }
+        // Side by side: an emptiness command can hold dozens of nodes.
+        if let Err(err) = taint_all(&nodes, &targets, true).await {
+            let _ = taint_all(&nodes, &targets, false).await;
+            self.state
+                .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
+            return Err(err.into());
         }
         let decision = if cmd.replacement.is_some() {
             "replace"
@@ -190,9 +190,7 @@ impl Disrupter {
                     tracing::info!(NodeClaim = %name, method = cmd.method.as_str(), "replacement initialized")
                 }
                 Err(err) => {
-                    for (node, _, _) in &targets {
-                        let _ = taint(&nodes, node, false).await;
-                    }
+                    let _ = taint_all(&nodes, &targets, false).await;
                     self.state
                         .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
                     return Err(err);
@@ -206,28 +204,47 @@ impl Disrupter {
             Method::Emptiness => "empty",
             _ => "",
         };
-        for (node, claim, pool) in &targets {
-            let note = format!(
-                "disrupting via {} ({}): {decision}, saving {:.4}/h",
-                cmd.method.as_str(),
-                cmd.reason.as_metric(),
-                cmd.savings_micros as f64 / 1e6
-            );
+        let note = format!(
+            "disrupting via {} ({}): {decision}, saving {:.4}/h",
+            cmd.method.as_str(),
+            cmd.reason.as_metric(),
+            cmd.savings_micros as f64 / 1e6
+        );
+        for (node, claim, _) in &targets {
             tracing::info!(NodeClaim = %claim, Node = %node, method = cmd.method.as_str(), reason = cmd.reason.as_metric(), decision, "disrupting node");
-            self.event_claim(claim, EventType::Normal, "DisruptionTerminating", note)
-                .await;
-            match claims.delete(claim, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            self.metrics
-                .nodeclaims_disrupted
-                .get_or_create(&NodePoolReason {
-                    nodepool: pool.clone(),
-                    reason: cmd.reason.as_metric().into(),
+            self.event_claim(
+                claim,
+                EventType::Normal,
+                "DisruptionTerminating",
+                note.clone(),
+            );
+        }
+        let deleted = join_limited(
+            targets
+                .iter()
+                .map(|(_, claim, pool)| {
+                    let claims = &claims;
+                    async move {
+                        match claims.delete(claim, &DeleteParams::default()).await {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(s)) if s.code == 404 => {}
+                            Err(e) => return Err(e),
+                        }
+                        self.metrics
+                            .nodeclaims_disrupted
+                            .get_or_create(&NodePoolReason {
+                                nodepool: pool.clone(),
+                                reason: cmd.reason.as_metric().into(),
+                            })
+                            .inc();
+                        Ok(())
+                    }
                 })
-                .inc();
+                .collect(),
+        )
+        .await;
+        if let Some(err) = deleted.into_iter().find_map(Result::err) {
+            return Err(err.into());
         }
         self.metrics
             .disruption_decisions
@@ -353,8 +370,42 @@ fn owned<K: Clone>(items: Vec<Arc<K>>) -> Vec<K> {
     items.into_iter().map(|a| (*a).clone()).collect()
 }
 
-/// Adds (or removes) the disrupted taint on a Node.
+/// API writes of one command in flight at once.
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// Runs the futures, at most [`WRITES_IN_FLIGHT`] at a time, and returns their outputs.
+async fn join_limited<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    futures::stream::iter(futures)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// Adds (or removes) the disrupted taint on every target's Node, side by side (an emptiness
+/// command can hold dozens); the first failure, if any.
+async fn taint_all(
+    nodes: &Api<Node>,
+    targets: &[(String, String, String)],
+    on: bool,
+) -> Result<(), kube::Error> {
+    let writes = targets.iter().map(|(node, _, _)| taint(nodes, node, on));
+    join_limited(writes.collect()).await.into_iter().collect()
+}
+
+/// Adds (or removes) the disrupted taint on a Node. The patch is guarded by the resourceVersion
+/// it was computed from (another writer's taint must not be lost); a Node's status heartbeats
+/// change that often, so a conflict re-reads and tries again.
 async fn taint(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), kube::Error> {
+    let mut attempt = 1;
+    loop {
+        match taint_once(nodes, name, on).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 5 => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
+async fn taint_once(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), kube::Error> {
     let Some(node) = nodes.get_opt(name).await? else {
         return Ok(());
     };

@@ -162,13 +162,11 @@ pub async fn watch_keyring(
                     }
                     last_version = secret.metadata.resource_version.clone();
                     if let Err(err) = reload(&reloader, &secret, guard.as_ref()).await {
-                        events
-                            .warning(
-                                &secret.object_ref(&()),
-                                "KeyringReloadRefused",
-                                err.to_string(),
-                            )
-                            .await;
+                        events.warning(
+                            &secret.object_ref(&()),
+                            "KeyringReloadRefused",
+                            err.to_string(),
+                        );
                     }
                 }
                 Ok(watcher::Event::Delete(_)) => {

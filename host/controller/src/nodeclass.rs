@@ -691,8 +691,7 @@ async fn apply(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> 
                 EventType::Warning,
                 "ResolutionFailed",
                 format!("KakaoCloud API: {e}"),
-            )
-            .await;
+            );
             return Err(e.into());
         }
     };
@@ -718,7 +717,7 @@ async fn apply(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error> 
             .condition(condition::READY)
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        publish(ctx, &class, type_, reason, message).await;
+        publish(ctx, &class, type_, reason, message);
     }
     Ok(Action::requeue(ctx.resync))
 }
@@ -758,15 +757,13 @@ async fn cleanup(class: Arc<KCNodeClass>, ctx: &Context) -> Result<Action, Error
         EventType::Normal,
         "WaitingOnNodeClaims",
         message,
-    )
-    .await;
+    );
     Err(Error::InUse(users))
 }
 
-async fn publish(ctx: &Context, class: &KCNodeClass, type_: EventType, reason: &str, note: String) {
+fn publish(ctx: &Context, class: &KCNodeClass, type_: EventType, reason: &str, note: String) {
     ctx.events
-        .publish(&class.object_ref(&()), type_, reason, note)
-        .await;
+        .publish(&class.object_ref(&()), type_, reason, note);
 }
 
 #[tracing::instrument(skip_all, fields(kcnodeclass = %class.name_any()))]

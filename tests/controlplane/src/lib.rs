@@ -94,6 +94,10 @@ pub struct Options {
     pub kwok: bool,
     /// Extra `--flag=value` arguments for kube-apiserver.
     pub extra_apiserver_args: Vec<String>,
+    /// Extra arguments for kube-controller-manager and kube-scheduler (each takes
+    /// `--kube-api-qps`/`--kube-api-burst`, which bound how fast pods are made and bound).
+    pub extra_controller_manager_args: Vec<String>,
+    pub extra_scheduler_args: Vec<String>,
     /// How long startup may take before it fails with the processes' logs.
     pub startup_timeout: Duration,
 }
@@ -106,6 +110,8 @@ impl Default for Options {
             scheduler: true,
             kwok: true,
             extra_apiserver_args: Vec::new(),
+            extra_controller_manager_args: Vec::new(),
+            extra_scheduler_args: Vec::new(),
             startup_timeout: Duration::from_secs(120),
         }
     }
@@ -458,42 +464,38 @@ async fn boot(cp: &mut ControlPlane, options: &Options, deadline: Instant) -> an
 
     if options.controller_manager {
         let port = free_port()?;
-        cp.spawn(
-            "kube-controller-manager",
-            vec![
-                format!("--kubeconfig={}", p(&kcm_kc)),
-                "--controllers=*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller".into(),
-                "--use-service-account-credentials=true".into(),
-                format!("--root-ca-file={}", p(&ca_crt)),
-                format!("--service-account-private-key-file={}", p(&sa_key)),
-                format!("--cluster-signing-cert-file={}", p(&ca_crt)),
-                format!("--cluster-signing-key-file={}", p(&ca_key)),
-                format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--cert-dir={}", p(&dir.join("kcm-certs"))),
-                "--leader-elect=false".into(),
-                "--v=1".into(),
-            ],
-            &[],
-        )?;
+        let mut args = vec![
+            format!("--kubeconfig={}", p(&kcm_kc)),
+            "--controllers=*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller".into(),
+            "--use-service-account-credentials=true".into(),
+            format!("--root-ca-file={}", p(&ca_crt)),
+            format!("--service-account-private-key-file={}", p(&sa_key)),
+            format!("--cluster-signing-cert-file={}", p(&ca_crt)),
+            format!("--cluster-signing-key-file={}", p(&ca_key)),
+            format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", p(&dir.join("kcm-certs"))),
+            "--leader-elect=false".into(),
+            "--v=1".into(),
+        ];
+        args.extend(options.extra_controller_manager_args.iter().cloned());
+        cp.spawn("kube-controller-manager", args, &[])?;
     }
     if options.scheduler {
         let port = free_port()?;
-        cp.spawn(
-            "kube-scheduler",
-            vec![
-                format!("--kubeconfig={}", p(&sched_kc)),
-                format!("--authentication-kubeconfig={}", p(&sched_kc)),
-                format!("--authorization-kubeconfig={}", p(&sched_kc)),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--cert-dir={}", p(&dir.join("scheduler-certs"))),
-                "--leader-elect=false".into(),
-                "--v=1".into(),
-            ],
-            &[],
-        )?;
+        let mut args = vec![
+            format!("--kubeconfig={}", p(&sched_kc)),
+            format!("--authentication-kubeconfig={}", p(&sched_kc)),
+            format!("--authorization-kubeconfig={}", p(&sched_kc)),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", p(&dir.join("scheduler-certs"))),
+            "--leader-elect=false".into(),
+            "--v=1".into(),
+        ];
+        args.extend(options.extra_scheduler_args.iter().cloned());
+        cp.spawn("kube-scheduler", args, &[])?;
     }
     if options.kwok {
         let stages = dir.join("kwok-stages.yaml");

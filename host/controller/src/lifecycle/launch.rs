@@ -53,8 +53,7 @@ impl Lifecycle {
                 EventType::Warning,
                 "LaunchTimeout",
                 "not launched in time".into(),
-            )
-            .await;
+            );
             return self.delete_claim(nc, "launch_timeout").await;
         }
         // Nothing is created for a claim whose instance could never carry its ownership tag.
@@ -69,8 +68,7 @@ impl Lifecycle {
                 EventType::Warning,
                 "InvalidNodeClaimName",
                 message.clone(),
-            )
-            .await;
+            );
             self.set_conditions(
                 nc,
                 &[DesiredCondition::falsy(
@@ -250,8 +248,7 @@ impl Lifecycle {
                     tried.join(", ")
                 }
             ),
-        )
-        .await;
+        );
         self.metrics
             .nodeclaims_disrupted
             .get_or_create(&NodePoolReason {
@@ -394,8 +391,7 @@ impl Lifecycle {
                     EventType::Warning,
                     "OwnershipUnverified",
                     err.to_string(),
-                )
-                .await;
+                );
             }
             return Err(err);
         }

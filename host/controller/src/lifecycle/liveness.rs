@@ -18,8 +18,7 @@ impl Lifecycle {
                         EventType::Warning,
                         "InstanceFailed",
                         format!("instance {id} is in ERROR"),
-                    )
-                    .await;
+                    );
                     return self.delete_claim(nc, "instance_error").await;
                 }
                 Err(kakaocloud::Error::NotFound { .. }) => {
@@ -28,8 +27,7 @@ impl Lifecycle {
                         EventType::Warning,
                         "InstanceNotFound",
                         format!("instance {id} is gone"),
-                    )
-                    .await;
+                    );
                     return self.delete_claim(nc, "garbage_collected").await;
                 }
                 _ => {}
@@ -44,8 +42,7 @@ impl Lifecycle {
                     "no Node registered within {:?}",
                     self.settings.registration_ttl
                 ),
-            )
-            .await;
+            );
             return self.delete_claim(nc, "registration_timeout").await;
         }
         Ok(Action::requeue(Duration::from_secs(2)))

@@ -187,10 +187,9 @@ impl Lifecycle {
         }
     }
 
-    async fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
+    fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
         self.events
-            .publish(&nc.object_ref(&()), type_, reason, note)
-            .await;
+            .publish(&nc.object_ref(&()), type_, reason, note);
     }
 
     fn pool(nc: &NodeClaim) -> String {

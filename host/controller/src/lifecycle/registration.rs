@@ -88,8 +88,7 @@ impl Lifecycle {
                         "node {node_name} registered without the {} taint",
                         taint::UNREGISTERED
                     ),
-                )
-                .await;
+                );
             }
             let nodes: Api<Node> = Api::all(self.client.clone());
             // The kubelet writes the Node often while it joins: on a conflict, read it again and

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::PostParams;
@@ -35,6 +36,8 @@ use kk_engine::scheduling::translate;
 /// How long after its NodeClaim initialized a nominated pod is still considered covered (upstream's
 /// nomination window, `max(2 x batchMax, 10s)` with the defaults).
 const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
+/// NodeClaim creates of one pass in flight at once.
+const CREATES_IN_FLIGHT: usize = 16;
 /// Provisionable pods are looked at again this often even without a watch event.
 const REQUEUE: Duration = Duration::from_secs(10);
 
@@ -400,14 +403,34 @@ impl Provisioner {
             unschedulable: result.unschedulable.len(),
             ..PassOutcome::default()
         };
+        // Created side by side, as upstream launches a pass's NodeClaims: one pass can make
+        // hundreds, and one at a time they queue behind the API server's round trips.
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        for draft in &result.new_node_claims {
-            let Some(pool) = pools.iter().find(|p| p.name_any() == draft.node_pool) else {
-                continue;
+        let creates: Vec<_> = result
+            .new_node_claims
+            .iter()
+            .filter_map(|draft| {
+                let pool = pools.iter().find(|p| p.name_any() == draft.node_pool)?;
+                let name = translate::nodeclaim_name(&draft.node_pool);
+                let nc = translate::nodeclaim_for(draft, pool, name.clone());
+                let api = api.clone();
+                Some(async move { (draft, name, api.create(&PostParams::default(), &nc).await) })
+            })
+            .collect();
+        let created: Vec<_> = futures::stream::iter(creates)
+            .buffer_unordered(CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut failed = None;
+        for (draft, name, created) in created {
+            let created = match created {
+                Ok(created) => created,
+                Err(err) => {
+                    // The others stand and their pods are nominated; the pass is retried.
+                    failed.get_or_insert(err);
+                    continue;
+                }
             };
-            let name = translate::nodeclaim_name(&draft.node_pool);
-            let nc = translate::nodeclaim_for(draft, pool, name.clone());
-            let created = api.create(&PostParams::default(), &nc).await?;
             tracing::info!(
                 NodeClaim = %name,
                 NodePool = %draft.node_pool,
@@ -424,13 +447,13 @@ impl Provisioner {
                 .inc();
             let claim_ref = created.object_ref(&());
             for &i in &draft.pods {
-                self.nominate(&pods[i], &name, Some(&claim_ref)).await;
+                self.nominate(&pods[i], &name, Some(&claim_ref));
             }
             outcome.created.push(name);
         }
         for placement in &result.existing {
             for &i in &placement.pods {
-                self.nominate(&pods[i], &placement.node, None).await;
+                self.nominate(&pods[i], &placement.node, None);
                 outcome.nominated_existing += 1;
             }
         }
@@ -444,8 +467,7 @@ impl Provisioner {
                 EventType::Warning,
                 "FailedScheduling",
                 &format!("Failed to schedule pod, {}", u.reason),
-            )
-            .await;
+            );
             for part in u.reason.split("; ") {
                 if let Some(pool) = part
                     .strip_prefix("nodepool ")
@@ -462,14 +484,16 @@ impl Provisioner {
                     EventType::Warning,
                     "NodePoolLimitsExceeded",
                     &format!("NodePool limits exceeded: {count} pod(s) cannot get a node from NodePool {pool}"),
-                )
-                .await;
+                );
             }
         }
-        Ok(outcome)
+        match failed {
+            Some(err) => Err(err.into()),
+            None => Ok(outcome),
+        }
     }
 
-    async fn nominate(&self, pod: &Pod, target: &str, claim: Option<&ObjectReference>) {
+    fn nominate(&self, pod: &Pod, target: &str, claim: Option<&ObjectReference>) {
         if let Some(uid) = pod.metadata.uid.as_deref() {
             self.state.nominate(uid, target);
         }
@@ -479,14 +503,11 @@ impl Provisioner {
             EventType::Normal,
             "Nominated",
             &format!("Pod should schedule on: {what}/{target}"),
-        )
-        .await;
+        );
     }
 
-    async fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {
-        self.events
-            .publish(obj, type_, reason, note.to_owned())
-            .await;
+    fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {
+        self.events.publish(obj, type_, reason, note.to_owned());
     }
 }
 

@@ -109,10 +109,9 @@ impl Terminator {
             .await;
     }
 
-    async fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
+    fn event(&self, nc: &NodeClaim, type_: EventType, reason: &str, note: String) {
         self.events
-            .publish(&nc.object_ref(&()), type_, reason, note)
-            .await;
+            .publish(&nc.object_ref(&()), type_, reason, note);
     }
 
     fn pool(nc: &NodeClaim) -> String {
@@ -211,8 +210,7 @@ impl Terminator {
                     "tainted {name} {}:NoSchedule and draining it",
                     taint::DISRUPTED
                 ),
-            )
-            .await;
+            );
         }
         if node.metadata.deletion_timestamp.is_none() {
             // Our finalizer holds the Node until the instance is gone.
@@ -272,8 +270,7 @@ impl Terminator {
                 EventType::Warning,
                 "EvictionBlocked",
                 format!("PodDisruptionBudgets block evicting {}", blocked.join(", ")),
-            )
-            .await;
+            );
         }
         if !step.held.is_empty() {
             let held: Vec<String> = step.held.iter().map(ToString::to_string).collect();
@@ -286,8 +283,7 @@ impl Terminator {
                     annotation::DO_NOT_DISRUPT,
                     held.join(", ")
                 ),
-            )
-            .await;
+            );
         }
         if !step.is_done() {
             let wait = if blocked.is_empty() && step.held.is_empty() {
@@ -357,7 +353,7 @@ impl Terminator {
                     "OwnershipUnverified",
                     format!("instance {id} was not deleted: its ownership tag does not verify ({why}); delete it by hand if it is yours"),
                 )
-                .await;
+                ;
                 Ok(true)
             }
             Err(DeleteOwnedError::Api(e)) => Err(e.into()),

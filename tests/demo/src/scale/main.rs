@@ -75,7 +75,8 @@ struct Figures {
     cpu_s: f64,
     api_rps: f64,
     cloud_rps: Option<f64>,
-    in_s: f64,
+    /// When the last NodeClaim or Node changed after the scale-in; `None`: nothing changed.
+    in_s: Option<f64>,
     in_nodes: usize,
     in_price: u64,
 }
@@ -96,6 +97,11 @@ struct SteadyFigures {
 fn secs(from: Instant, to: Option<Instant>) -> f64 {
     to.map(|t| t.saturating_duration_since(from).as_secs_f64())
         .unwrap_or(f64::NAN)
+}
+
+/// The scale-in's consolidation time, or that nothing changed within the stable window.
+fn consolidated(secs: Option<f64>) -> String {
+    secs.map_or_else(|| "no change".into(), |s| format!("{s:.1} s"))
 }
 
 fn mib(kib: u64) -> f64 {
@@ -160,15 +166,16 @@ async fn scale_out_in(row: &Row, args: &Args) -> anyhow::Result<Figures> {
     f.in_s = after
         .last_change
         .filter(|c| *c >= t2)
-        .map(|c| c.duration_since(t2).as_secs_f64())
-        .unwrap_or(0.0);
+        .map(|c| c.duration_since(t2).as_secs_f64());
     f.in_nodes = after.live_nodes();
     f.in_price = after.hourly_price(&row.prices);
     let stats = row.stats()?;
     f.peak_rss_mib = mib(stats.peak_rss_kib);
     println!(
-        "  [{}] in: {left} pods left; consolidated in {:.1}s to {} nodes",
-        row.kind, f.in_s, f.in_nodes
+        "  [{}] in: {left} pods left; {} to {} nodes",
+        row.kind,
+        consolidated(f.in_s),
+        f.in_nodes
     );
     Ok(f)
 }
@@ -227,7 +234,7 @@ fn print_scale(rows: &[(RowKind, Figures)], args: &Args) {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (kind, f) in rows {
         println!(
-            "| {kind} | {:.1} s | {:.1} s | {:.1} s | {} | {} | {:.0} MiB | {:.1} s | {:.1} | {} | {:.1} s | {} | {} |",
+            "| {kind} | {:.1} s | {:.1} s | {:.1} s | {} | {} | {:.0} MiB | {:.1} s | {:.1} | {} | {} | {} | {} |",
             f.first_claim_s,
             f.all_claims_s,
             f.running_s,
@@ -239,7 +246,7 @@ fn print_scale(rows: &[(RowKind, Figures)], args: &Args) {
             f.cloud_rps
                 .map(|r| format!("{r:.1}"))
                 .unwrap_or_else(|| "n/a".into()),
-            f.in_s,
+            consolidated(f.in_s),
             f.in_nodes,
             f.in_price
         );
