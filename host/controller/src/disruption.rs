@@ -66,6 +66,7 @@ pub fn snapshot_of(
 ) -> ClusterSnapshot {
     let pdbs = owned(state.pdbs.state());
     let nominated = state.nominated_targets();
+    let held_owners = state.held_owners();
     let pools = owned(state.nodepools.state());
     let claims = owned(state.nodeclaims.state());
     let nodes = owned(state.nodes.state());
@@ -80,6 +81,7 @@ pub fn snapshot_of(
         classes: &classes,
         pdbs: &pdbs,
         nominated: &nominated,
+        held_owners: &held_owners,
         instance_types,
     })
 }
@@ -173,6 +175,20 @@ impl Disrupter {
             self.state
                 .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
             return Err(err.into());
+        }
+        // The churn guard: provisioning reports these controllers if their pods come back
+        // needing new capacity (the move was wrong), and consolidation then leaves them alone.
+        if matches!(
+            cmd.method,
+            Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
+        ) {
+            for &i in &cmd.candidates {
+                let node = &planned.nodes[i];
+                self.state.record_moves(
+                    node.node_pool.as_deref().unwrap_or_default(),
+                    node.reschedulable_pods().filter_map(|p| p.owner.clone()),
+                );
+            }
         }
         let decision = if cmd.replacement.is_some() {
             "replace"

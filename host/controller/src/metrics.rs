@@ -19,6 +19,11 @@ pub struct NodePoolReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolLabel {
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub nodepool: String,
     pub node_name: String,
@@ -113,6 +118,8 @@ pub struct Metrics {
     pub garbage_collected: Family<ActionLabel, Counter>,
     /// Hourly price of the managed nodes, micro-units (the consolidation tests read it).
     pub cluster_hourly_price_micros: Gauge,
+    /// Controllers whose consolidated pods came back needing new capacity (the churn guard).
+    pub consolidation_reverted: Family<NodePoolLabel, Counter>,
     /// The plugin runtime's own families.
     pub plugins: Arc<PluginMetrics>,
 }
@@ -138,6 +145,7 @@ impl Metrics {
             ownership_refusals: Family::default(),
             garbage_collected: Family::default(),
             cluster_hourly_price_micros: Gauge::default(),
+            consolidation_reverted: Family::default(),
             plugins: Arc::default(),
         };
         let r = registry.sub_registry_with_prefix("karpenter");
@@ -225,6 +233,12 @@ impl Metrics {
             "kakaocloud_cluster_hourly_price_micros",
             "Hourly price of the managed nodes, micro-units",
             m.cluster_hourly_price_micros.clone(),
+        );
+        r.register(
+            "kakaocloud_consolidation_reverted",
+            "Controllers whose pods consolidation moved and that then needed new capacity; \
+             consolidation leaves their pods alone for a while",
+            m.consolidation_reverted.clone(),
         );
         m.plugins.register(r);
         Arc::new(m)

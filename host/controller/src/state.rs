@@ -49,6 +49,22 @@ const FEED_BUFFER: usize = 1024;
 /// nomination window: `max(2 x batchMaxDuration, 10s)` with the defaults is 20 s).
 pub const NOMINATION_TTL: Duration = Duration::from_secs(20);
 
+/// How long consolidation remembers whose pods it moved: a moved controller's pod that needs a
+/// new NodeClaim within this window means the move was wrong (the churn guard).
+pub const MOVE_MEMORY: Duration = Duration::from_secs(10 * 60);
+
+/// How long consolidation then leaves that controller's pods where they are.
+pub const REVERTED_HOLD: Duration = Duration::from_secs(30 * 60);
+
+/// Consolidation's ledger of moved pods' controllers, and the ones held after a reverted move.
+#[derive(Default)]
+struct Moves {
+    /// Controller UID -> (NodePool of the disrupted node, when).
+    moved: HashMap<String, (String, Instant)>,
+    /// Controller UID -> when the hold ends.
+    held: HashMap<String, Instant>,
+}
+
 /// The event feeds a controller is driven by: the shared watches' objects as they change.
 pub struct Feeds {
     pub nodeclaims: ReflectHandle<NodeClaim>,
@@ -95,6 +111,7 @@ pub struct ClusterState {
     pub volume_attachments: Store<VolumeAttachment>,
     nominations: Arc<Mutex<Nominations>>,
     marked: Arc<Mutex<HashSet<String>>>,
+    moves: Arc<Mutex<Moves>>,
     tasks: Arc<Vec<JoinHandle<()>>>,
 }
 
@@ -230,6 +247,7 @@ impl ClusterState {
             volume_attachments,
             nominations: Arc::default(),
             marked: Arc::default(),
+            moves: Arc::default(),
             tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6, t7, t8]),
         };
         let next = |feeds: &mut Vec<ReflectHandle<NodeClaim>>| feeds.pop();
@@ -346,6 +364,44 @@ impl ClusterState {
             .filter(|(_, at)| at.elapsed() < NOMINATION_TTL)
             .map(|(t, _)| t.clone())
             .collect()
+    }
+
+    fn moves(&self) -> MutexGuard<'_, Moves> {
+        self.moves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Consolidation is moving the pods of these controllers off a node of `pool`.
+    pub fn record_moves(&self, pool: &str, owners: impl IntoIterator<Item = String>) {
+        let mut m = self.moves();
+        m.moved.retain(|_, (_, at)| at.elapsed() < MOVE_MEMORY);
+        let now = Instant::now();
+        for owner in owners {
+            m.moved.insert(owner, (pool.to_owned(), now));
+        }
+    }
+
+    /// A pod of controller `owner` needs a new NodeClaim. If consolidation moved that
+    /// controller's pods within [`MOVE_MEMORY`], the move was wrong: the controller is held for
+    /// [`REVERTED_HOLD`] and the disrupted node's NodePool is returned (once per move).
+    pub fn revert_move(&self, owner: &str) -> Option<String> {
+        let mut m = self.moves();
+        let (pool, at) = m.moved.remove(owner)?;
+        if at.elapsed() >= MOVE_MEMORY {
+            return None;
+        }
+        m.held
+            .insert(owner.to_owned(), Instant::now() + REVERTED_HOLD);
+        Some(pool)
+    }
+
+    /// Controllers whose pods consolidation leaves alone now.
+    pub fn held_owners(&self) -> HashSet<String> {
+        let mut m = self.moves();
+        let now = Instant::now();
+        m.held.retain(|_, until| *until > now);
+        m.held.keys().cloned().collect()
     }
 
     /// Disruption is taking these nodes away: provisioning no longer places pods on them.
@@ -488,9 +544,25 @@ mod tests {
                 volume_attachments: filled(Vec::new()),
                 nominations: Arc::default(),
                 marked: Arc::default(),
+                moves: Arc::default(),
                 tasks: Arc::new(Vec::new()),
             }
         }
+    }
+
+    #[test]
+    fn a_moved_controller_that_needs_new_capacity_is_held_once() {
+        let state = ClusterState::for_test(Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        assert_eq!(state.revert_move("rs-1"), None, "never moved");
+        state.record_moves("pool-a", ["rs-1".to_owned(), "rs-2".to_owned()]);
+        assert!(state.held_owners().is_empty(), "moving alone holds nothing");
+        assert_eq!(state.revert_move("rs-1").as_deref(), Some("pool-a"));
+        assert_eq!(state.revert_move("rs-1"), None, "reported once per move");
+        assert_eq!(
+            state.held_owners(),
+            HashSet::from(["rs-1".to_owned()]),
+            "rs-2's pods found room"
+        );
     }
 
     fn node(name: &str, provider_id: &str) -> Node {

@@ -449,6 +449,7 @@ impl Provisioner {
             for &i in &draft.pods {
                 self.nominate(&pods[i], &name, Some(&claim_ref));
             }
+            self.guard_churn(draft.pods.iter().map(|&i| &pods[i]), &pools);
             outcome.created.push(name);
         }
         for placement in &result.existing {
@@ -504,6 +505,53 @@ impl Provisioner {
             "Nominated",
             &format!("Pod should schedule on: {what}/{target}"),
         );
+    }
+
+    /// The churn guard: pods that need a new NodeClaim although consolidation just moved their
+    /// controller's pods show the move was wrong. Their controllers are held (consolidation
+    /// leaves them alone, see [`ClusterState::revert_move`]), once per move, with an Event on the
+    /// disrupted node's NodePool and a count.
+    fn guard_churn<'p>(&self, pods: impl Iterator<Item = &'p Pod>, pools: &[Arc<NodePool>]) {
+        let mut reverted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pod in pods {
+            let Some(owner) = pod
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true))
+            else {
+                continue;
+            };
+            if let Some(pool) = self.state.revert_move(&owner.uid) {
+                let ns = pod.namespace().unwrap_or_default();
+                reverted
+                    .entry(pool)
+                    .or_default()
+                    .push(format!("{}/{}/{}", owner.kind, ns, owner.name));
+            }
+        }
+        for (pool, owners) in reverted {
+            let note = format!(
+                "consolidation moved pods of {} and they needed new capacity; their pods are left \
+                 where they are for {} min",
+                owners.join(", "),
+                crate::state::REVERTED_HOLD.as_secs() / 60
+            );
+            tracing::warn!(NodePool = %pool, owners = ?owners, "consolidation reverted");
+            self.metrics
+                .consolidation_reverted
+                .get_or_create(&crate::metrics::NodePoolLabel {
+                    nodepool: pool.clone(),
+                })
+                .inc_by(owners.len() as u64);
+            if let Some(np) = pools.iter().find(|p| p.name_any() == pool) {
+                self.publish(
+                    &np.object_ref(&()),
+                    EventType::Warning,
+                    "ConsolidationReverted",
+                    &note,
+                );
+            }
+        }
     }
 
     fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {

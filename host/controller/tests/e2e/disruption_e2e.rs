@@ -560,3 +560,205 @@ async fn leaked_instances_are_collected_and_forged_tags_are_never_deleted() {
         "{text}"
     );
 }
+
+/// How many disruption passes the controller has evaluated (one observation per pass).
+fn passes(env: &Env) -> u64 {
+    env.metrics_text()
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count",
+            )
+        })
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Waits until `n` more disruption passes have run.
+async fn wait_passes(env: &Env, n: u64) {
+    let start = passes(env);
+    eventually(&format!("{n} more disruption passes"), || async {
+        (passes(env) >= start + n).then_some(())
+    })
+    .await;
+}
+
+fn names(claims: &[NodeClaim]) -> BTreeSet<String> {
+    claims.iter().map(claim_name).collect()
+}
+
+fn anti_affinity_to(app: &str) -> serde_json::Value {
+    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}
+    ]}}})
+}
+
+/// Upstream's disruption scenario with required hostname anti-affinity between two Deployments
+/// on two underutilized nodes: `x` keeps `y` off its node, so no move exists. Consolidation must
+/// see the running pod's term (kube-scheduler checks it for every incoming pod) and leave both
+/// nodes alone, instead of deleting `y`'s node and launching a replacement for `y` in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_respects_running_pods_anti_affinity_and_never_churns() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool("anti", "2s", json!({}), json!({})));
+    let ns = env.cp.fresh_namespace("anti").await.unwrap();
+    env.apply_in(
+        &ns,
+        &deployment("x", 1, "anti", tiny(), anti_affinity_to("y")),
+    );
+    env.wait_running(&ns, "x", 1).await;
+    env.apply_in(&ns, &deployment("y", 2, "anti", tiny(), json!({})));
+    env.wait_running(&ns, "y", 2).await;
+    let x_node = env.node_of(&env.pods(&ns, "x").await[0]).await;
+    let before = names(&env.claims_of("anti").await);
+    assert_eq!(before.len(), 2, "x's node and y's node");
+
+    // Well past consolidateAfter and the nominations' 20 s: the passes see two underutilized
+    // nodes and no valid move.
+    wait_passes(&env, 40).await;
+    assert_eq!(
+        names(&env.claims_of("anti").await),
+        before,
+        "no NodeClaim was disrupted or replaced"
+    );
+    let y = env.pods(&ns, "y").await;
+    assert_eq!(y.len(), 2);
+    for p in &y {
+        assert_eq!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        assert_ne!(env.node_of(p).await.metadata.name, x_node.metadata.name);
+    }
+    assert!(
+        env.events("DisruptionTerminating").await.is_empty(),
+        "no node was picked"
+    );
+}
+
+/// The pod template of `deployment(...)` with a `karpenter.sh/do-not-disrupt` annotation and a
+/// node selector pinning it to `node`.
+fn pinned_holder(name: &str, pool: &str, node: &str) -> String {
+    let mut d: serde_json::Value = serde_json::from_str(&deployment(
+        name,
+        1,
+        pool,
+        tiny(),
+        json!({"nodeSelector": {"workload-type": pool, "kubernetes.io/hostname": node}}),
+    ))
+    .unwrap();
+    d["spec"]["template"]["metadata"]["annotations"] =
+        json!({"karpenter.sh/do-not-disrupt": "true"});
+    serde_json::to_string(&d).unwrap()
+}
+
+fn preferring(node: &str) -> serde_json::Value {
+    json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+        ]}}
+    ]}}})
+}
+
+/// Two nodes; `n1` holds a pod that blocks its own disruption (`blocker`), `n2` holds pods that
+/// are free to move and fit on `n1`. `n2` is consolidated onto `n1`: a node that cannot be
+/// disrupted is still a destination.
+async fn blocked_node_receives_pods(blocker: &str) {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    env.kubectl_apply(&pool("dest", "2s", json!({}), json!({})));
+    let ns = env.cp.fresh_namespace("dest").await.unwrap();
+    // Two nodes sized for one small pod each.
+    env.apply_in(
+        &ns,
+        &deployment("filler", 2, "dest", small(), one_per_node("filler")),
+    );
+    env.wait_running(&ns, "filler", 2).await;
+    let mut hosts = Vec::new();
+    for p in env.pods(&ns, "filler").await {
+        hosts.push(env.node_of(&p).await.metadata.name.unwrap());
+    }
+    let (n1, n2) = (hosts[0].clone(), hosts[1].clone());
+    match blocker {
+        "do-not-disrupt" => env.apply_in(&ns, &pinned_holder("holder", "dest", &n1)),
+        _ => {
+            let mut d: serde_json::Value =
+                serde_json::from_str(&pinned_holder("holder", "dest", &n1)).unwrap();
+            d["spec"]["template"]["metadata"]["annotations"] = json!({});
+            env.apply_in(&ns, &serde_json::to_string(&d).unwrap());
+            env.apply_in(
+                &ns,
+                &serde_json::to_string(&json!({
+                    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "holder"},
+                    "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "holder"}}}
+                }))
+                .unwrap(),
+            );
+        }
+    }
+    env.wait_running(&ns, "holder", 1).await;
+    env.apply_in(&ns, &deployment("free", 2, "dest", tiny(), preferring(&n2)));
+    env.wait_running(&ns, "free", 2).await;
+    for p in env.pods(&ns, "free").await {
+        assert_eq!(
+            env.node_of(&p).await.metadata.name.as_deref(),
+            Some(n2.as_str())
+        );
+    }
+    delete_deployment(&env, &ns, "filler").await;
+
+    eventually("n2 consolidated onto the blocked n1", || async {
+        let claims = env.claims_of("dest").await;
+        let free = env.pods(&ns, "free").await;
+        let mut on_n1 = 0;
+        for p in &free {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            if running && p.spec.as_ref()?.node_name.as_deref() == Some(n1.as_str()) {
+                on_n1 += 1;
+            }
+        }
+        (claims.len() == 1 && free.len() == 2 && on_n1 == 2).then_some(())
+    })
+    .await;
+    let holder = env.pods(&ns, "holder").await;
+    assert_eq!(holder.len(), 1);
+    assert_eq!(
+        env.node_of(&holder[0]).await.metadata.name.as_deref(),
+        Some(n1.as_str())
+    );
+    if blocker != "do-not-disrupt" {
+        return;
+    }
+
+    // The churn guard: the moved controller's pods now need new capacity (here because the
+    // Deployment grows; a wrong move looks the same). The NodePool says so, and it is counted.
+    env.kubectl(&["-n", &ns, "scale", "deployment", "free", "--replicas=40"]);
+    let event = eventually("a ConsolidationReverted event on the NodePool", || async {
+        env.events("ConsolidationReverted").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("dest")
+    );
+    assert!(
+        event.note.as_deref().unwrap_or("").contains("ReplicaSet/"),
+        "{event:?}"
+    );
+    let counted = env.metrics_text().lines().any(|l| {
+        l.starts_with("karpenter_kakaocloud_consolidation_reverted_total{nodepool=\"dest\"} ")
+    });
+    assert!(counted, "{}", env.metrics_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_held_by_do_not_disrupt_still_receives_consolidated_pods() {
+    blocked_node_receives_pods("do-not-disrupt").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_held_by_a_pdb_still_receives_consolidated_pods() {
+    blocked_node_receives_pods("pdb").await;
+}

@@ -2,10 +2,10 @@
 //! types, so the rules stay pure.
 
 use kk_apis::names::{annotation, label, taint};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kk_apis::ResourceExt;
 
@@ -16,6 +16,7 @@ use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
 use crate::scheduling::{InstanceType, Resources, resources, translate};
 use kk_apis::pod::{
     do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_provisionable, is_terminal, pdb_blocked,
+    selects,
 };
 
 /// Everything a snapshot is built from (the reflector stores' contents and a PDB list).
@@ -28,11 +29,14 @@ pub struct Objects<'a> {
     pub classes: &'a [KCNodeClass],
     pub pdbs: &'a [PodDisruptionBudget],
     /// Nodes and NodeClaims provisioning just placed pending pods on (hands off).
-    pub nominated: &'a std::collections::HashSet<String>,
+    pub nominated: &'a HashSet<String>,
+    /// Controllers whose pods a reverted consolidation moved (see [`PodState::consolidation_held`]).
+    pub held_owners: &'a HashSet<String>,
     pub instance_types: Vec<InstanceType>,
 }
 
-fn pod_state(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> PodState {
+fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
+    let pdbs = o.pdbs;
     let spec = pod.spec.clone().unwrap_or_default();
     let requests = resources::pod_requests(&spec).unwrap_or(Resources::ZERO);
     let mut state = PodState::new(
@@ -46,6 +50,15 @@ fn pod_state(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> PodState {
     state.do_not_disrupt = do_not_disrupt(pod);
     state.pdb_blocked = pdb_blocked(pod, pdbs);
     state.priority = spec.priority.unwrap_or(0);
+    state.owner = pod
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone());
+    state.consolidation_held = state
+        .owner
+        .as_ref()
+        .is_some_and(|u| o.held_owners.contains(u));
     state.deletion_cost = pod
         .annotations()
         .get(annotation::POD_DELETION_COST)
@@ -129,7 +142,13 @@ fn price_of(types: &[InstanceType], name: &str, zone: &str, capacity_type: &str)
         .unwrap_or(0)
 }
 
-fn node_state(claim: &NodeClaim, node: Option<&Node>, o: &Objects<'_>) -> NodeState {
+fn node_state(
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    o: &Objects<'_>,
+    bound: &HashMap<&str, Vec<&Pod>>,
+    keep_out: &[KeepOut<'_>],
+) -> NodeState {
     let labels: BTreeMap<String, String> = node
         .map(|n| n.labels().clone())
         .unwrap_or_else(|| claim.labels().clone());
@@ -209,13 +228,102 @@ fn node_state(claim: &NodeClaim, node: Option<&Node>, o: &Objects<'_>) -> NodeSt
             .find(|c| c.name_any() == claim.spec.node_class_ref.name);
         state.drift = drift::detect(claim, pool, class);
     }
-    state.pods = o
-        .pods
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
-        .map(|p| pod_state(p, o.pdbs))
-        .collect();
+    state.pods = pods_on(&name, o, bound, keep_out);
     state
+}
+
+/// The pods bound to `node`, as the planner sees them.
+fn pods_on(
+    node: &str,
+    o: &Objects<'_>,
+    bound: &HashMap<&str, Vec<&Pod>>,
+    keep_out: &[KeepOut<'_>],
+) -> Vec<PodState> {
+    bound
+        .get(node)
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let mut state = pod_state(p, o);
+            state.kept_out_of = kept_out_of(p, keep_out);
+            state
+        })
+        .collect()
+}
+
+/// One running pod's required anti-affinity term, and the topology domain that pod is in.
+struct KeepOut<'a> {
+    owner: &'a Pod,
+    namespace: String,
+    term: &'a PodAffinityTerm,
+    value: String,
+}
+
+impl KeepOut<'_> {
+    /// Whether the term selects `pod`: its namespaces (the owner's when none are named; any
+    /// namespace when a namespace selector is set, since namespaces' labels are not watched),
+    /// then its label selector on the pod's current labels.
+    fn selects(&self, pod: &Pod) -> bool {
+        let ns = pod.namespace().unwrap_or_default();
+        let names = self.term.namespaces.as_deref().unwrap_or(&[]);
+        let in_namespace = if self.term.namespace_selector.is_some() {
+            true
+        } else if names.is_empty() {
+            ns == self.namespace
+        } else {
+            names.contains(&ns)
+        };
+        in_namespace && selects(self.term.label_selector.as_ref(), pod.labels())
+    }
+}
+
+/// Every required anti-affinity term of the pods bound to nodes, with its domain (the node's
+/// value of the term's topology key; the node's name stands in for a missing hostname label).
+fn keep_out_terms<'a>(pods: &'a [Pod], nodes: &HashMap<&str, &'a Node>) -> Vec<KeepOut<'a>> {
+    let mut out = Vec::new();
+    for pod in pods.iter().filter(|p| !is_terminal(p)) {
+        let Some(spec) = pod.spec.as_ref() else {
+            continue;
+        };
+        let Some(node_name) = spec.node_name.as_deref() else {
+            continue;
+        };
+        let terms = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+        for term in terms.into_iter().flatten() {
+            let value = nodes
+                .get(node_name)
+                .and_then(|n| n.labels().get(&term.topology_key).cloned())
+                .or_else(|| (term.topology_key == label::HOSTNAME).then(|| node_name.to_owned()));
+            if let Some(value) = value {
+                out.push(KeepOut {
+                    owner: pod,
+                    namespace: pod.namespace().unwrap_or_default(),
+                    term,
+                    value,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The domains `pod` must keep out of, sorted and without repeats.
+fn kept_out_of(pod: &Pod, keep_out: &[KeepOut<'_>]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = keep_out
+        .iter()
+        .filter(|k| !std::ptr::eq(k.owner, pod) && k.selects(pod))
+        .map(|k| (k.term.topology_key.clone(), k.value.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn drain_annotation() -> &'static str {
@@ -224,19 +332,33 @@ fn drain_annotation() -> &'static str {
 
 /// Builds the snapshot: one node per NodeClaim, and unmanaged Nodes that can receive pods.
 pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
+    // Indexed once: a pass at thousands of nodes and tens of thousands of pods must not scan
+    // every pod (or node) per node.
+    let by_name: HashMap<&str, &Node> = o
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .collect();
+    let mut bound: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for pod in o.pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            bound.entry(node).or_default().push(pod);
+        }
+    }
+    let keep_out = keep_out_terms(o.pods, &by_name);
     let mut nodes = Vec::with_capacity(o.claims.len());
+    let mut seen: HashSet<String> = HashSet::with_capacity(o.claims.len());
     for claim in o.claims {
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
-        let node = node_name.and_then(|n| o.nodes.iter().find(|x| x.name_any() == n));
-        let mut state = node_state(claim, node, &o);
+        let node = node_name.and_then(|n| by_name.get(n).copied());
+        let mut state = node_state(claim, node, &o, &bound, &keep_out);
+        seen.insert(state.name.clone());
         state.nominated = o.nominated.contains(&claim.name_any())
             || node_name.is_some_and(|n| o.nominated.contains(n));
         nodes.push(state);
     }
     for node in o.nodes {
-        if nodes.iter().any(|n| n.name == node.name_any())
-            || node.labels().contains_key(label::NODEPOOL)
-        {
+        if seen.contains(&node.name_any()) || node.labels().contains_key(label::NODEPOOL) {
             continue;
         }
         // A node Karpenter does not manage: pods may move onto it, it is never a candidate.
@@ -255,20 +377,18 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
             .as_ref()
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
-        let name = node.name_any();
-        state.pods = o
-            .pods
-            .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
-            .map(|p| pod_state(p, o.pdbs))
-            .collect();
+        state.pods = pods_on(&node.name_any(), &o, &bound, &keep_out);
         nodes.push(state);
     }
     let pending_pods = o
         .pods
         .iter()
         .filter(|p| is_provisionable(p))
-        .map(|p| pod_state(p, o.pdbs))
+        .map(|p| {
+            let mut state = pod_state(p, &o);
+            state.kept_out_of = kept_out_of(p, &keep_out);
+            state
+        })
         .collect();
     ClusterSnapshot {
         now: o.now,
@@ -276,5 +396,83 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         nodes,
         instance_types: o.instance_types,
         pending_pods,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, zone: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {label::HOSTNAME: name, label::ZONE: zone}}
+        }))
+        .unwrap()
+    }
+
+    fn pod(ns: &str, name: &str, app: &str, node: &str, anti: Option<serde_json::Value>) -> Pod {
+        let mut spec = json!({"nodeName": node, "containers": [{"name": "c"}]});
+        if let Some(term) = anti {
+            spec["affinity"] = json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [term]
+            }});
+        }
+        serde_json::from_value(json!({
+            "metadata": {"namespace": ns, "name": name, "labels": {"app": app}},
+            "spec": spec,
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn kept(pods: &[Pod], nodes: &[Node], who: &str) -> Vec<(String, String)> {
+        let by_name: HashMap<&str, &Node> = nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap(), n))
+            .collect();
+        let terms = keep_out_terms(pods, &by_name);
+        let p = pods.iter().find(|p| p.name_any() == who).unwrap();
+        kept_out_of(p, &terms)
+    }
+
+    #[test]
+    fn a_running_pods_anti_affinity_keeps_the_pods_it_selects_out_of_its_domain() {
+        let nodes = [node("n1", "kr-a"), node("n2", "kr-b")];
+        let host =
+            json!({"topologyKey": label::HOSTNAME, "labelSelector": {"matchLabels": {"app": "y"}}});
+        let zone =
+            json!({"topologyKey": label::ZONE, "labelSelector": {"matchLabels": {"app": "y"}}});
+        let pods = [
+            pod("ns", "x", "x", "n1", Some(host)),
+            pod("ns", "z", "z", "n1", Some(zone)),
+            pod("ns", "y", "y", "n2", None),
+            pod("other", "y-elsewhere", "y", "n2", None),
+        ];
+        assert_eq!(
+            kept(&pods, &nodes, "y"),
+            [
+                (label::HOSTNAME.to_owned(), "n1".to_owned()),
+                (label::ZONE.to_owned(), "kr-a".to_owned())
+            ]
+        );
+        assert!(kept(&pods, &nodes, "x").is_empty(), "x is not selected");
+        assert!(
+            kept(&pods, &nodes, "y-elsewhere").is_empty(),
+            "the terms name no namespace: the owner's only"
+        );
+
+        // A namespace selector reaches every namespace; a pod's own term does not count for it.
+        let any_ns = json!({"topologyKey": label::HOSTNAME, "namespaceSelector": {},
+            "labelSelector": {"matchLabels": {"app": "y"}}});
+        let pods = [
+            pod("ns", "x", "y", "n1", Some(any_ns)),
+            pod("other", "y-elsewhere", "y", "n2", None),
+        ];
+        assert_eq!(
+            kept(&pods, &nodes, "y-elsewhere"),
+            [(label::HOSTNAME.to_owned(), "n1".to_owned())]
+        );
+        assert!(kept(&pods, &nodes, "x").is_empty());
     }
 }

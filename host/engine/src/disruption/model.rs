@@ -132,6 +132,15 @@ pub struct PodState {
     /// Required node affinity (ORed terms); empty means none.
     pub affinity_terms: Vec<NodeSelectorTerm>,
     pub tolerations: Vec<Toleration>,
+    /// The UID of the pod's controller (ReplicaSet, StatefulSet, Job...), if it has one.
+    pub owner: Option<String>,
+    /// A consolidation moved this owner's pods and they came back pending needing new capacity:
+    /// consolidation leaves its pods alone for a while (the churn guard).
+    pub consolidation_held: bool,
+    /// Topology domains (label key, value) this pod must keep out of: a running pod there has a
+    /// required anti-affinity term that selects it (kube-scheduler checks the existing pods'
+    /// terms against every incoming pod, so a move into one of these would stay pending).
+    pub kept_out_of: Vec<(String, String)>,
     /// The pod has constraints the fast fit check does not model (pod (anti-)affinity,
     /// topology spread, host ports): a plan moving it is confirmed by the full solver.
     pub needs_full_simulation: bool,

@@ -330,7 +330,8 @@ fn permille(used: u64, of: u64) -> u32 {
 }
 
 /// Consolidation candidates (non-empty, consolidatable, pools with `WhenEmptyOrUnderutilized`,
-/// no blockers, no constraints the fast check cannot model), each simulated alone, then scored.
+/// no blockers, no constraints the fast check cannot model, no pods of a reverted consolidation),
+/// each simulated alone, then scored.
 pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScorer) -> Scored {
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
@@ -344,6 +345,7 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         };
         if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized
             || sim.needs_full_simulation(i)
+            || node.reschedulable_pods().any(|p| p.consolidation_held)
         {
             continue;
         }

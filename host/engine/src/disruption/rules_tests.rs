@@ -368,3 +368,38 @@ fn validation_abandons_a_command_after_churn() {
         "a pod landed on the empty node"
     );
 }
+
+#[test]
+fn pods_of_a_reverted_consolidation_are_left_alone_and_their_node_still_receives() {
+    let s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[500]),
+    ]);
+    assert!(plan(&s, &SavingsPerDisruption).graceful.is_some());
+    let mut s = s;
+    s.nodes[1].pods[0].consolidation_held = true;
+    let cmd = plan(&s, &SavingsPerDisruption)
+        .graceful
+        .expect("a still goes");
+    assert_eq!(
+        names(&cmd, &s),
+        ["a"],
+        "b's pods are held, b is a destination"
+    );
+}
+
+#[test]
+fn a_running_pods_anti_affinity_leaves_no_move_and_nothing_is_disrupted() {
+    // Upstream's scenario: a's pod keeps b's pod off a; b's pod is already on the cheapest
+    // flavor, so no delete and no cheaper replacement exists.
+    let mut s = snapshot(vec![
+        node("a", "m2a.large", 2000, 100_000, &[200]),
+        node("b", "m2a.large", 2000, 100_000, &[200]),
+    ]);
+    s.nodes[0].pods[0].needs_full_simulation = true;
+    s.nodes[1].pods[0]
+        .kept_out_of
+        .push((kk_apis::names::label::HOSTNAME.into(), "a".into()));
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+}

@@ -4,9 +4,12 @@
 //! Everything string-shaped is compiled once per snapshot: pods are grouped into constraint
 //! classes (node selector, required node affinity, tolerations) whose compatibility with every
 //! node and every replacement offering is computed up front, so one simulation is a first-fit
-//! decreasing pass over integer resource vectors. Pods whose constraints this check does not model
-//! (pod affinity, topology spread, host ports) are flagged, and disruption leaves their nodes alone
-//! unless the disruption is forced (drift, expiration).
+//! decreasing pass over integer resource vectors. Running pods' required anti-affinity is modelled
+//! as the topology domains each pod it selects must keep out of (both directions of kube-scheduler's
+//! inter-pod check: a mover's own terms make it complex, below). Pods whose constraints this check
+//! does not model (their own pod affinity or anti-affinity, topology spread, host ports) are
+//! flagged, and disruption leaves their nodes alone unless the disruption is forced (drift,
+//! expiration).
 
 use kk_apis::names::{label, taint};
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +48,8 @@ struct Class {
     node_selector: BTreeMap<String, String>,
     affinity_terms: Vec<NodeSelectorTerm>,
     tolerations: Vec<Toleration>,
+    /// Domains running pods' anti-affinity keeps these pods out of ([`PodState::kept_out_of`]).
+    kept_out_of: Vec<(String, String)>,
 }
 
 /// A pod to move: its requests and class.
@@ -136,6 +141,14 @@ fn toleration_matches(tol: &Toleration, taint: &Taint) -> bool {
 
 /// Whether a pod of `class` may run on a node with these labels and taints.
 fn class_fits(class: &Class, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+    // A new node is a hostname domain of its own; it shares any other domain its labels name.
+    if class
+        .kept_out_of
+        .iter()
+        .any(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
+    }
     if !class
         .node_selector
         .iter()
@@ -227,13 +240,19 @@ fn pool_options(pi: usize, pool: &PoolState, snapshot: &ClusterSnapshot) -> Vec<
 }
 
 fn class_of(pod: &PodState, index: &mut HashMap<String, u32>, classes: &mut Vec<Class>) -> u32 {
-    let key = serde_json::to_string(&(&pod.node_selector, &pod.affinity_terms, &pod.tolerations))
-        .unwrap_or_default();
+    let key = serde_json::to_string(&(
+        &pod.node_selector,
+        &pod.affinity_terms,
+        &pod.tolerations,
+        &pod.kept_out_of,
+    ))
+    .unwrap_or_default();
     *index.entry(key).or_insert_with(|| {
         classes.push(Class {
             node_selector: pod.node_selector.clone(),
             affinity_terms: pod.affinity_terms.clone(),
             tolerations: pod.tolerations.clone(),
+            kept_out_of: pod.kept_out_of.clone(),
         });
         (classes.len() - 1) as u32
     })
@@ -655,5 +674,39 @@ mod tests {
         ));
         let names = sim.replacement_types(&[0], Some(400), true);
         assert_eq!(names, vec!["small".to_string()]);
+    }
+
+    #[test]
+    fn running_pods_anti_affinity_keeps_a_mover_out_of_their_domain() {
+        let a = node("a", 4000, 400, &[500]);
+        let mut b = node("b", 4000, 400, &[500]);
+        // A pod on a keeps b's pod off a's host: the only room left is a new node.
+        b.pods[0]
+            .kept_out_of
+            .push((label::HOSTNAME.into(), "a".into()));
+        let s = snapshot(vec![a.clone(), b.clone()]);
+        let mut sim = Simulator::new(&s);
+        assert!(
+            matches!(
+                sim.simulate(&[1], Some(400), true),
+                Outcome::Replace {
+                    price_micros: 100,
+                    ..
+                }
+            ),
+            "not a delete onto a"
+        );
+        // A third node outside the domain takes it.
+        let s = snapshot(vec![a.clone(), b.clone(), node("c", 4000, 400, &[500])]);
+        let mut sim = Simulator::new(&s);
+        assert_eq!(sim.simulate(&[1], Some(400), true), Outcome::Delete);
+        // A zone domain keeps the pod off every node in the zone, and off new nodes there.
+        let mut b = node("b", 4000, 400, &[500]);
+        b.pods[0].kept_out_of.push((label::ZONE.into(), "a".into()));
+        let mut a = a;
+        a.zone = "a".into();
+        let s = snapshot(vec![a, b]);
+        let mut sim = Simulator::new(&s);
+        assert_eq!(sim.simulate(&[1], None, true), Outcome::Infeasible);
     }
 }

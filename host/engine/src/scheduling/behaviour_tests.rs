@@ -502,6 +502,39 @@ fn preferences_hold_when_possible_and_relax_when_not() {
 }
 
 #[test]
+fn a_named_host_is_never_a_new_node() {
+    // A pod preferring a host that is gone (its node was consolidated) gets a new node without
+    // the preference; one requiring it gets none. A NodeClaim never carries a hostname
+    // requirement: the API refuses the restricted label.
+    let host = "kubernetes.io/hostname";
+    let mut likes_gone = pod("likes-gone", 500, 512);
+    node_affinity(
+        &mut likes_gone,
+        vec![],
+        vec![(100, vec![req(host, "In", &["node-gone"])])],
+    );
+    let mut needs_gone = pod("needs-gone", 500, 512);
+    node_affinity(
+        &mut needs_gone,
+        vec![vec![req(host, "In", &["node-gone"])]],
+        vec![],
+    );
+    let r = solve(&[likes_gone, needs_gone], &[pool("default")]);
+    assert_eq!(r.new_node_claims.len(), 1);
+    assert_eq!(r.new_node_claims[0].pods, vec![0]);
+    assert!(
+        r.new_node_claims[0]
+            .requirements
+            .iter()
+            .all(|q| q.requirement.key != host),
+        "{:?}",
+        r.new_node_claims[0].requirements
+    );
+    assert_eq!(r.unschedulable.len(), 1);
+    assert_eq!(r.unschedulable[0].pod, 1);
+}
+
+#[test]
 fn required_affinity_terms_are_alternatives() {
     let mut p = pod("either", 500, 512);
     node_affinity(

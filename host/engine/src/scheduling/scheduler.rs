@@ -149,6 +149,11 @@ struct Solver<'a> {
     well_known: Vec<Sym>,
     zone_key: Sym,
     ct_key: Sym,
+    /// `kubernetes.io/hostname`, and the value a new node has in the simulation (as upstream's
+    /// placeholder hostname): no pod that names a real host lands on a new node. It is dropped
+    /// from the NodeClaim (the API refuses the restricted label).
+    host_key: Sym,
+    host_placeholder: Sym,
     types: Vec<CType>,
     zones: Vec<Sym>,
     reachable_zones: u64,
@@ -214,6 +219,8 @@ impl<'a> Solver<'a> {
         let mut syms = Symbols::new();
         let zone_key = syms.intern(label::ZONE);
         let ct_key = syms.intern(label::CAPACITY_TYPE);
+        let host_key = syms.intern(label::HOSTNAME);
+        let host_placeholder = syms.intern("hostname-placeholder.karpenter.kakaocloud.com");
         let it_key = syms.intern(label::INSTANCE_TYPE);
         let pool_key = syms.intern(label::NODEPOOL);
         let mut well_known: Vec<Sym> = label::WELL_KNOWN.iter().map(|k| syms.intern(k)).collect();
@@ -261,6 +268,8 @@ impl<'a> Solver<'a> {
             syms,
             well_known,
             zone_key,
+            host_key,
+            host_placeholder,
             ct_key,
             types,
             zones,
@@ -833,10 +842,15 @@ impl<'a> Solver<'a> {
         if types.is_empty() {
             return Err(Fail::Limits);
         }
+        let mut reqs = tpl.reqs.clone();
+        reqs.add(
+            &self.syms,
+            Requirement::in_values(self.host_key, vec![self.host_placeholder]),
+        );
         let node = Node {
             template: Some(t),
             existing: None,
-            reqs: tpl.reqs.clone(),
+            reqs,
             labels: Vec::new(),
             taints: Vec::new(),
             zone_mask: tpl.zone_mask,
@@ -1256,6 +1270,7 @@ impl<'a> Solver<'a> {
         let requirements = reqs
             .to_selectors(&self.syms)
             .into_iter()
+            .filter(|(r, _)| r.key != label::HOSTNAME)
             .map(|(requirement, min_values)| PoolRequirement {
                 requirement,
                 min_values,
