@@ -22,6 +22,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use crate::health::Readiness;
 use crate::startup::{LogFormat, Startup};
 
+/// mimalloc instead of glibc's malloc: glibc gives each thread that allocates its own 64 MiB
+/// arena, so tokio's workers and the blocking threads that run plugins each held one (the scale
+/// bench saw 64 MiB regions, and about 200 MiB peak RSS at 1,000 pods).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging(level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
