@@ -11,6 +11,10 @@ use std::sync::Mutex;
 /// map stays small.
 const LAUNCH_CACHE_TTL: Duration = Duration::from_secs(60);
 
+/// Userdata renders in flight at once, process-wide.
+static RENDER_SLOTS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(kk_plugin_runtime::engine::MAX_CONCURRENT_CALLS as usize);
+
 /// The instances this process created, by NodeClaim UID (upstream keeps the same cache in
 /// `nodeclaim/lifecycle/launch.go`). A reconcile of a claim whose cached copy predates its
 /// `status.providerID` takes the instance from here instead of creating a second one.
@@ -54,6 +58,7 @@ impl Lifecycle {
                 "LaunchTimeout",
                 "not launched in time".into(),
             );
+            self.state.registration_failed(&Self::pool(nc));
             return self.delete_claim(nc, "launch_timeout").await;
         }
         // Nothing is created for a claim whose instance could never carry its ownership tag.
@@ -221,12 +226,11 @@ impl Lifecycle {
                     Err(err) => {
                         self.set_conditions(
                             nc,
-                            &[DesiredCondition {
-                                type_: condition::LAUNCHED,
-                                status: false,
-                                reason: "LaunchFailed".into(),
-                                message: err.to_string().chars().take(300).collect(),
-                            }],
+                            &[DesiredCondition::falsy(
+                                condition::LAUNCHED,
+                                "LaunchFailed",
+                                err.to_string().chars().take(300).collect::<String>(),
+                            )],
                             None,
                         )
                         .await?;
@@ -299,7 +303,13 @@ impl Lifecycle {
             kubelet_args: [("max-pods".to_owned(), self.settings.max_pods.to_string())].into(),
             cni: self.settings.cni.clone(),
         };
-        // A plugin renderer runs WebAssembly: off the async workers.
+        // A plugin renderer runs WebAssembly: off the async workers, and no more calls at once
+        // than the runtime's instance pool holds (a launch wave of hundreds of claims would
+        // otherwise fail instantiations beyond it, each on a blocking thread of its own).
+        let _slot = RENDER_SLOTS
+            .acquire()
+            .await
+            .map_err(|e| LifecycleError::NotReady(format!("userdata slots closed: {e}")))?;
         let renderer = Arc::clone(&self.renderer);
         let text = tokio::task::spawn_blocking(move || renderer.render(&input))
             .await
@@ -434,12 +444,11 @@ impl Lifecycle {
             nc,
             &[
                 DesiredCondition::truthy(condition::LAUNCHED, "Launched", ""),
-                DesiredCondition {
-                    type_: condition::REGISTERED,
-                    status: false,
-                    reason: "NodeNotFound".into(),
-                    message: "Node not registered with cluster".into(),
-                },
+                DesiredCondition::falsy(
+                    condition::REGISTERED,
+                    "NodeNotFound",
+                    "Node not registered with cluster",
+                ),
             ],
             Some(json!({
                 "providerID": pid,
