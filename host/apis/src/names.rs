@@ -109,6 +109,10 @@ pub mod condition {
     pub const LAUNCHED: &str = "Launched";
     pub const REGISTERED: &str = "Registered";
     pub const INITIALIZED: &str = "Initialized";
+    /// NodePool parts (`Ready` is ValidationSucceeded and NodeClassReady, as upstream).
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    pub const NODECLASS_READY: &str = "NodeClassReady";
+    pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
     /// KCNodeClass parts.
     pub const KUBERNETES_VERSION_READY: &str = "KubernetesVersionReady";
     pub const IMAGES_READY: &str = "ImagesReady";

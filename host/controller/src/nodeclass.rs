@@ -28,7 +28,7 @@ use serde_json::json;
 use crate::events::Events;
 use crate::state::ClusterState;
 use kakaocloud::{self, api};
-use kk_apis::crd::conditions::{DesiredCondition, set_condition};
+use kk_apis::crd::conditions::{DesiredCondition, Status, set_condition};
 use kk_apis::crd::kcnodeclass::{
     self, ResolvedImage, ResolvedKeyPair, ResolvedSecurityGroup, ResolvedSubnet, SelectorTerm,
 };
@@ -119,7 +119,7 @@ pub struct Resolution {
 
 impl Resolution {
     pub fn is_ready(&self) -> bool {
-        self.conditions.iter().all(|c| c.status)
+        self.conditions.iter().all(|c| c.status == Status::True)
     }
 
     pub fn condition(&self, type_: &str) -> Option<&DesiredCondition> {
@@ -555,7 +555,7 @@ pub fn resolve(spec: &KCNodeClassSpec, observed: &Observed) -> Resolution {
     let mut conditions = vec![version, images, subnets_c, groups_c, key_c];
     let not_ready: Vec<String> = conditions
         .iter()
-        .filter(|c| !c.status)
+        .filter(|c| c.status != Status::True)
         .map(|c| format!("{}: {}", c.type_, c.message))
         .collect();
     conditions.push(if not_ready.is_empty() {
@@ -925,7 +925,7 @@ mod tests {
 
     fn reason<'a>(r: &'a Resolution, type_: &str) -> (&'a str, bool) {
         let c = r.condition(type_).unwrap();
-        (c.reason.as_str(), c.status)
+        (c.reason.as_str(), c.status == Status::True)
     }
 
     #[test]

@@ -202,10 +202,15 @@ impl Operator {
             launches: Default::default(),
         });
         let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1024);
+        let (pod_events_tx, pod_events_rx) = mpsc::unbounded_channel::<String>();
         let forward = tokio::spawn(async move {
             while let Some(change) = changes_rx.recv().await {
                 let wake = match change {
                     Change::PendingPod | Change::NodeClaim(_) | Change::Other => true,
+                    Change::PodEvent(node) => {
+                        let _ = pod_events_tx.send(node);
+                        false
+                    }
                     Change::Pod | Change::Node(_) => false,
                 };
                 if wake {
@@ -223,6 +228,14 @@ impl Operator {
         supervisor.spawn("termination", terminator.run(feeds.termination));
         supervisor.spawn("disruption", disrupter.run());
         supervisor.spawn("garbage-collection", collector.run());
+        supervisor.spawn(
+            "pod-events",
+            crate::podevents::run(kube.clone(), state.clone(), pod_events_rx),
+        );
+        supervisor.spawn(
+            "nodepool-status",
+            crate::nodepool::run(kube.clone(), state.clone()),
+        );
         Ok(Operator {
             state,
             provisioner,

@@ -37,6 +37,9 @@ pub enum Change {
     /// A pod that is waiting for a node (see [`kk_apis::pod::is_provisionable`]).
     PendingPod,
     Pod,
+    /// A pod was bound to, or is leaving, this node (upstream's pod events, which
+    /// `status.lastPodEventTime` and so `consolidateAfter` count from).
+    PodEvent(String),
     Node(String),
     NodeClaim(String),
     Other,
@@ -112,6 +115,8 @@ pub struct ClusterState {
     nominations: Arc<Mutex<Nominations>>,
     marked: Arc<Mutex<HashSet<String>>>,
     moves: Arc<Mutex<Moves>>,
+    /// NodePool -> when a NodeClaim of it last failed to launch or register (liveness).
+    registration_failures: Arc<Mutex<HashMap<String, jiff::Timestamp>>>,
     tasks: Arc<Vec<JoinHandle<()>>>,
 }
 
@@ -129,7 +134,7 @@ fn watch<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     changes: mpsc::UnboundedSender<Change>,
-    classify: fn(&K) -> Change,
+    classify: fn(&K, bool) -> Change,
 ) -> JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -143,8 +148,11 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => {
-                    let _ = changes.send(classify(&obj));
+                Ok(watcher::Event::Apply(obj)) => {
+                    let _ = changes.send(classify(&obj, false));
+                }
+                Ok(watcher::Event::Delete(obj)) => {
+                    let _ = changes.send(classify(&obj, true));
                 }
                 Ok(watcher::Event::InitDone) => {
                     let _ = changes.send(Change::Other);
@@ -160,7 +168,7 @@ where
 fn shared<K>(
     api: Api<K>,
     changes: mpsc::UnboundedSender<Change>,
-    classify: fn(&K) -> Change,
+    classify: fn(&K, bool) -> Change,
     n: usize,
 ) -> (Store<K>, Vec<ReflectHandle<K>>, JoinHandle<()>)
 where
@@ -177,7 +185,7 @@ where
 fn plain<K>(
     api: Api<K>,
     changes: mpsc::UnboundedSender<Change>,
-    classify: fn(&K) -> Change,
+    classify: fn(&K, bool) -> Change,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -187,8 +195,44 @@ where
     (store, watch(api, writer, changes, classify))
 }
 
-fn other<K>(_: &K) -> Change {
+fn other<K>(_: &K, _deleted: bool) -> Change {
     Change::Other
+}
+
+/// How recent a bind, a deletion or a pod's end must be to count as a pod event. A relist after a
+/// restart sees every pod again; only what happened just now is an event.
+const POD_EVENT_RECENCY: Duration = Duration::from_secs(30);
+
+fn pod_change(pod: &Pod, deleted: bool) -> Change {
+    if kk_apis::pod::is_provisionable(pod) {
+        return Change::PendingPod;
+    }
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        return Change::Pod;
+    };
+    let now = jiff::Timestamp::now();
+    let recent = |t: Option<jiff::Timestamp>| {
+        t.is_some_and(|t| now.duration_since(t).as_secs() < POD_EVENT_RECENCY.as_secs() as i64)
+    };
+    let condition_since = |type_: &str, status: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == status))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0)
+    };
+    // A deletion timestamp lies a grace period ahead: recent until that has passed by as much.
+    let deleting = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+    let event = deleted
+        || recent(condition_since("PodScheduled", "True"))
+        || deleting.is_some_and(|t| t > now || recent(Some(t)))
+        || (kk_apis::pod::is_terminal(pod) && recent(condition_since("Ready", "False")));
+    if event {
+        Change::PodEvent(node)
+    } else {
+        Change::Pod
+    }
 }
 
 impl ClusterState {
@@ -198,24 +242,18 @@ impl ClusterState {
         client: &Client,
         changes: mpsc::UnboundedSender<Change>,
     ) -> (ClusterState, Subscriptions) {
-        let (pods, t1) = plain(Api::<Pod>::all(client.clone()), changes.clone(), |p| {
-            if kk_apis::pod::is_provisionable(p) {
-                Change::PendingPod
-            } else {
-                Change::Pod
-            }
-        });
+        let (pods, t1) = plain(Api::<Pod>::all(client.clone()), changes.clone(), pod_change);
         let (nodes, mut node_feeds, t2) = shared(
             Api::<Node>::all(client.clone()),
             changes.clone(),
-            |n| Change::Node(n.name_any()),
+            |n, _| Change::Node(n.name_any()),
             2,
         );
         let (nodepools, t3) = plain(Api::<NodePool>::all(client.clone()), changes.clone(), other);
         let (nodeclaims, mut claim_feeds, t4) = shared(
             Api::<NodeClaim>::all(client.clone()),
             changes.clone(),
-            |c| Change::NodeClaim(c.name_any()),
+            |c, _| Change::NodeClaim(c.name_any()),
             3,
         );
         let (daemonsets, t5) = plain(
@@ -248,6 +286,7 @@ impl ClusterState {
             nominations: Arc::default(),
             marked: Arc::default(),
             moves: Arc::default(),
+            registration_failures: Arc::default(),
             tasks: Arc::new(vec![t1, t2, t3, t4, t5, t6, t7, t8]),
         };
         let next = |feeds: &mut Vec<ReflectHandle<NodeClaim>>| feeds.pop();
@@ -404,6 +443,23 @@ impl ClusterState {
         m.held.keys().cloned().collect()
     }
 
+    /// A NodeClaim of `pool` failed to launch or register (the NodePool status reports it).
+    pub fn registration_failed(&self, pool: &str) {
+        self.registration_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(pool.to_owned(), jiff::Timestamp::now());
+    }
+
+    /// When a NodeClaim of `pool` last failed to launch or register, in this process.
+    pub fn last_registration_failure(&self, pool: &str) -> Option<jiff::Timestamp> {
+        self.registration_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(pool)
+            .copied()
+    }
+
     /// Disruption is taking these nodes away: provisioning no longer places pods on them.
     pub fn mark_for_deletion<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
         self.marks().extend(nodes.into_iter().map(str::to_owned));
@@ -545,6 +601,7 @@ mod tests {
                 nominations: Arc::default(),
                 marked: Arc::default(),
                 moves: Arc::default(),
+                registration_failures: Arc::default(),
                 tasks: Arc::new(Vec::new()),
             }
         }

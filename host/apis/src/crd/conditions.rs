@@ -2,11 +2,30 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+/// A condition's status (`metav1.ConditionStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    /// Not decided yet (upstream sets its conditions Unknown while it waits).
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
 /// A condition's desired state, before timestamps are attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredCondition {
     pub type_: &'static str,
-    pub status: bool,
+    pub status: Status,
     pub reason: String,
     pub message: String,
 }
@@ -19,7 +38,7 @@ impl DesiredCondition {
     ) -> Self {
         Self {
             type_,
-            status: true,
+            status: Status::True,
             reason: reason.into(),
             message: message.into(),
         }
@@ -31,15 +50,24 @@ impl DesiredCondition {
     ) -> Self {
         Self {
             type_,
-            status: false,
+            status: Status::False,
             reason: reason.into(),
             message: message.into(),
         }
     }
-}
 
-fn status_str(status: bool) -> &'static str {
-    if status { "True" } else { "False" }
+    pub fn unknown(
+        type_: &'static str,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status: Status::Unknown,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
 }
 
 /// Sets `desired` in `conditions`. `lastTransitionTime` only moves when the status
@@ -51,7 +79,7 @@ pub fn set_condition(
     observed_generation: Option<i64>,
     now: &Time,
 ) -> bool {
-    let status = status_str(desired.status);
+    let status = desired.status.as_str();
     match conditions.iter_mut().find(|c| c.type_ == desired.type_) {
         Some(existing) => {
             let unchanged = existing.status == status

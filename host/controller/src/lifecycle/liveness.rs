@@ -19,6 +19,7 @@ impl Lifecycle {
                         "InstanceFailed",
                         format!("instance {id} is in ERROR"),
                     );
+                    self.state.registration_failed(&Self::pool(nc));
                     return self.delete_claim(nc, "instance_error").await;
                 }
                 Err(kakaocloud::Error::NotFound { .. }) => {
@@ -43,6 +44,7 @@ impl Lifecycle {
                     self.settings.registration_ttl
                 ),
             );
+            self.state.registration_failed(&Self::pool(nc));
             return self.delete_claim(nc, "registration_timeout").await;
         }
         Ok(Action::requeue(Duration::from_secs(2)))

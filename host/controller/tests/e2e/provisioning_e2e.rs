@@ -156,6 +156,88 @@ async fn install_guide_step_5_runs_the_demo_on_new_nodes() {
         text.contains("karpenter_nodeclaims_created_total"),
         "{text}"
     );
+
+    // Binding the demo's pods was a pod event on each node: consolidateAfter counts from it.
+    eventually("lastPodEventTime on every NodeClaim with pods", || async {
+        let claims = env.nodeclaims().await;
+        claims
+            .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| node_names.contains(n))
+            })
+            .all(|c| c.status.as_ref().unwrap().last_pod_event_time.is_some())
+            .then_some(())
+    })
+    .await;
+
+    // `kubectl get nodepools` shows real NODES and READY, and `-o wide` CPU and MEMORY: the
+    // sum of the NodeClaims' capacity (upstream's nodepool counter and readiness controllers).
+    let mut cpu_millis = 0u64;
+    for c in &claims {
+        let q = &c.status.as_ref().unwrap().capacity["cpu"].0;
+        cpu_millis += q
+            .strip_suffix('m')
+            .map_or_else(|| q.parse::<u64>().unwrap() * 1000, |m| m.parse().unwrap());
+    }
+    let cpu = if cpu_millis.is_multiple_of(1000) {
+        (cpu_millis / 1000).to_string()
+    } else {
+        format!("{cpu_millis}m")
+    };
+    let wide = eventually("the NodePool's status in kubectl get nodepools", || async {
+        let wide = env.kubectl(&["get", "nodepools", "karpenter-default", "-o", "wide"]);
+        // Cells by the header's offsets: kubectl leaves an unset column (WEIGHT) blank.
+        let (header, row) = (wide.lines().next()?, wide.lines().nth(1)?);
+        let cell = |column: &str| -> Option<String> {
+            let at = header.find(column)?;
+            Some(row.get(at..)?.split_whitespace().next()?.to_owned())
+        };
+        (cell("NODES") == Some(claims.len().to_string())
+            && cell("READY").as_deref() == Some("True")
+            && cell("CPU") == Some(cpu.clone()))
+        .then_some(wide)
+    })
+    .await;
+    let header = wide.lines().next().unwrap_or_default();
+    for column in ["NODECLASS", "NODES", "READY", "CPU", "MEMORY"] {
+        assert!(header.contains(column), "{wide}");
+    }
+    let pools: kube::Api<kk_apis::crd::NodePool> = kube::Api::all(env.kube.clone());
+    let status = pools
+        .get("karpenter-default")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    for type_ in ["ValidationSucceeded", "NodeClassReady", "Ready"] {
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "True"),
+            "{type_}: {:?}",
+            status.conditions
+        );
+    }
+    assert!(status.node_class_observed_generation.is_some());
+    assert!(
+        status.resources["memory"].0.ends_with("Gi"),
+        "{:?}",
+        status.resources
+    );
+    // `kubectl get nodeclaims -o wide`: upstream's wide columns, filled.
+    let wide = env.kubectl(&["get", "nodeclaims", "-o", "wide"]);
+    let header = wide.lines().next().unwrap_or_default();
+    for column in ["ID", "NODEPOOL", "NODECLASS", "DRIFTED"] {
+        assert!(header.contains(column), "{wide}");
+    }
+    for line in wide.lines().skip(1) {
+        assert!(line.contains("kakaocloud:///"), "{wide}");
+        assert!(line.contains("karpenter-default"), "{wide}");
+    }
 }
 
 use std::time::Duration;
