@@ -4,6 +4,10 @@
 //! and kubectl, runs two controller processes as the chart's two pods (one leads), prints
 //! NodeClaims, Nodes and pods until the demo runs, deletes the demo and shows consolidation
 //! removing the empty nodes, then tears everything down. See scripts/demo.sh.
+//!
+//! `--keep DIR` makes it a playground: after Step 5 it writes `DIR/playground.env` (KUBECONFIG
+//! and PATH for `kubectl` and `helm`) and keeps the cluster, the simulator and the controllers
+//! running until it gets SIGTERM or SIGINT (`scripts/demo.sh --down` sends it), then tears down.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,6 +19,8 @@ struct Args {
     controller: PathBuf,
     run_timeout: Duration,
     consolidation_timeout: Duration,
+    /// Playground: where to write `playground.env`, and keep running.
+    keep: Option<PathBuf>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -22,6 +28,7 @@ fn args() -> anyhow::Result<Args> {
         controller: PathBuf::new(),
         run_timeout: Duration::from_secs(180),
         consolidation_timeout: Duration::from_secs(120),
+        keep: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -32,8 +39,9 @@ fn args() -> anyhow::Result<Args> {
             "--consolidation-timeout-secs" => {
                 out.consolidation_timeout = Duration::from_secs(value()?.parse()?)
             }
+            "--keep" => out.keep = Some(PathBuf::from(value()?)),
             other => bail!(
-                "unknown argument {other}; usage: kk-demo --controller PATH [--run-timeout-secs N] [--consolidation-timeout-secs N]"
+                "unknown argument {other}; usage: kk-demo --controller PATH [--run-timeout-secs N] [--consolidation-timeout-secs N] [--keep DIR]"
             ),
         }
     }
@@ -121,6 +129,43 @@ async fn hot_swap(cluster: &Cluster, began: Instant, timeout: Duration) -> anyho
     println!(
         "  the next node's flavor: {after:?} (before the swap: {before:?}); no controller restart"
     );
+    Ok(())
+}
+
+/// Writes how to reach the cluster to `dir/playground.env`, says so, and waits for SIGTERM or
+/// SIGINT. The file is removed again before returning.
+async fn playground(cluster: &Cluster, dir: &std::path::Path) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let env_file = dir.join("playground.env");
+    let helm_dir = kk_demo::helm_path()
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let body = format!(
+        "# The kk-demo playground (pid {pid}); scripts/demo.sh --down stops it.\n\
+         export KUBECONFIG={kubeconfig}\n\
+         export PATH={bin}:{helm_dir}:$PATH\n\
+         export KK_PLAYGROUND_PID={pid}\n\
+         # controller logs: {logs}\n",
+        pid = std::process::id(),
+        kubeconfig = cluster.cp.kubeconfig_path().display(),
+        bin = cluster.cp.bin_dir().display(),
+        logs = cluster.work.path().display(),
+    );
+    std::fs::write(&env_file, body).with_context(|| format!("writing {}", env_file.display()))?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    println!(
+        "\nplayground ready: source {}\n  then kubectl get nodepools,nodeclaims,nodes; kubectl apply your NodePools and plugin ConfigMaps; helm list -A\n  the simulator serves KakaoCloud at {}; scripts/demo.sh --down stops everything",
+        env_file.display(),
+        cluster.sim.base_url()
+    );
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let _ = std::fs::remove_file(&env_file);
     Ok(())
 }
 
@@ -230,6 +275,16 @@ async fn main() -> anyhow::Result<()> {
         applied.elapsed().as_secs_f64(),
         cluster.instances().len()
     );
+
+    if let Some(dir) = &args.keep {
+        playground(&cluster, dir).await?;
+        step(began, "tearing down the playground");
+        for c in &mut controllers {
+            let code = c.terminate(Duration::from_secs(10));
+            println!("  controller {} exited with {code:?}", c.pod);
+        }
+        return Ok(());
+    }
 
     hot_swap(&cluster, began, args.run_timeout).await?;
 
