@@ -39,6 +39,9 @@ pub mod label {
     pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
     /// Which world a plugin ConfigMap implements.
     pub const PLUGIN_WORLD: &str = "karpenter.kakaocloud.com/plugin-world";
+    /// Set on a Node while it drains, so load balancers stop sending it traffic (as upstream).
+    pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+        "node.kubernetes.io/exclude-from-external-load-balancers";
 
     /// Labels every node has whether or not a NodePool mentions them: a pod may constrain them
     /// even when the NodePool leaves them open (Karpenter's "well-known labels").
@@ -72,6 +75,11 @@ pub mod annotation {
     pub const PLUGIN_SHA256: &str = "karpenter.kakaocloud.com/plugin-sha256";
     /// `<keyID>:<base64 ed25519 signature>` of a plugin ConfigMap (see [`crate::plugin_signing`]).
     pub const PLUGIN_SIGNATURE: &str = "karpenter.kakaocloud.com/plugin-signature";
+    /// On a terminating NodeClaim and its Node: when its terminationGracePeriod ends (RFC 3339).
+    pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =
+        "karpenter.sh/nodeclaim-termination-timestamp";
+    /// kubectl's copy of the last applied object (dropped from the controller's caches).
+    pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
     /// Marks a static (mirror) pod.
     pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
     /// The ReplicaSet controller's preference for which pod to remove first.

@@ -29,6 +29,10 @@ use crate::state::ClusterState;
 use kk_engine::scheduling::translate;
 use kk_engine::scheduling::{InstanceType, NodeClaimDraft, PoolRequirement, Resources};
 
+/// How often the same `DisruptionBlocked` or `Unconsolidatable` Event is repeated for a node
+/// (upstream dedupes its Unconsolidatable Events for 15 minutes).
+pub const EXPLAIN_EVERY: Duration = Duration::from_secs(15 * 60);
+
 /// Tunables (upstream: a pass every 10 s, 15 s between planning and validation).
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -125,6 +129,25 @@ impl Disrupter {
                 consolidation_type: String::new(),
             })
             .observe(started.elapsed().as_secs_f64());
+        self.explain(&snapshot, &plan.scored);
+        for pool in &plan.budget_blocked {
+            if let Some(np) = self
+                .state
+                .nodepools
+                .state()
+                .into_iter()
+                .find(|p| &p.name_any() == pool)
+            {
+                self.events.publish_deduped(
+                    &np.object_ref(&()),
+                    EventType::Normal,
+                    "DisruptionBlocked",
+                    "No allowed disruptions for disruption reason Underutilized due to blocking budget"
+                        .into(),
+                    EXPLAIN_EVERY,
+                );
+            }
+        }
         let commands: Vec<Command> = plan.forceful.into_iter().chain(plan.graceful).collect();
         if commands.is_empty() {
             return Ok(());
@@ -142,6 +165,39 @@ impl Disrupter {
             }
         }
         Ok(())
+    }
+
+    /// Upstream's `DisruptionBlocked` and `Unconsolidatable` Events for the consolidation
+    /// candidates this pass could not act on, each at most once per [`EXPLAIN_EVERY`].
+    fn explain(&self, snapshot: &ClusterSnapshot, scored: &kk_engine::disruption::plan::Scored) {
+        tracing::debug!(
+            blocked = ?scored.blocked,
+            unconsolidatable = ?scored.unconsolidatable,
+            candidates = scored.nodes.len(),
+            "consolidation candidates explained"
+        );
+        let sets = [
+            ("DisruptionBlocked", &scored.blocked),
+            ("Unconsolidatable", &scored.unconsolidatable),
+        ];
+        for (reason, nodes) in sets {
+            for (i, why) in nodes.iter() {
+                let Some(claim) = snapshot.nodes[*i]
+                    .nodeclaim
+                    .as_deref()
+                    .and_then(|c| self.state.nodeclaim(c))
+                else {
+                    continue;
+                };
+                self.events.publish_deduped(
+                    &claim.object_ref(&()),
+                    EventType::Normal,
+                    reason,
+                    why.clone(),
+                    EXPLAIN_EVERY,
+                );
+            }
+        }
     }
 
     fn event_claim(&self, claim: &str, type_: EventType, reason: &str, note: String) {
@@ -201,6 +257,27 @@ impl Disrupter {
                 .iter()
                 .flat_map(|&i| planned.nodes[i].reschedulable_pods())
                 .fold(Resources::ZERO, |acc, p| acc.add(&p.requests));
+            // Upstream's events on the candidates while their replacement comes up.
+            let title = match cmd.reason.as_metric() {
+                "underutilized" => "Underutilized",
+                "drifted" => "Drifted",
+                "expired" => "Expired",
+                _ => "Empty",
+            };
+            for (_, claim, _) in &targets {
+                self.event_claim(
+                    claim,
+                    EventType::Normal,
+                    "DisruptionLaunching",
+                    format!("Launching NodeClaim: {title}"),
+                );
+                self.event_claim(
+                    claim,
+                    EventType::Normal,
+                    "DisruptionWaitingReadiness",
+                    "Waiting on readiness to continue disruption".into(),
+                );
+            }
             match self.launch_replacement(replacement, moved).await {
                 Ok(name) => {
                     tracing::info!(NodeClaim = %name, method = cmd.method.as_str(), "replacement initialized")

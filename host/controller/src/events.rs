@@ -6,6 +6,10 @@
 //! (counted in the log) rather than slowing the reconcile that emitted it. A provisioning pass
 //! that nominates 1,000 pods would otherwise make 1,000 sequential round trips.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -23,6 +27,8 @@ const IN_FLIGHT: usize = 8;
 pub struct Events {
     queue: mpsc::Sender<(Event, ObjectReference)>,
     action: &'static str,
+    /// When each deduplicated Event was last queued, by object, reason and note.
+    sent: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl Events {
@@ -40,7 +46,41 @@ impl Events {
                 }
             }
         }));
-        Events { queue, action }
+        Events {
+            queue,
+            action,
+            sent: Arc::default(),
+        }
+    }
+
+    /// [`Events::publish`], unless the same Event about the same object was queued less than
+    /// `every` ago (upstream dedupes its disruption Events the same way, so a pass every 10 s
+    /// does not write one per node each time).
+    pub fn publish_deduped(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        every: Duration,
+    ) {
+        let key = format!(
+            "{}/{}/{reason}/{note}",
+            regarding.kind.as_deref().unwrap_or_default(),
+            regarding.name.as_deref().unwrap_or_default()
+        );
+        {
+            let mut sent = self
+                .sent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sent.retain(|_, at| at.elapsed() < every);
+            if sent.contains_key(&key) {
+                return;
+            }
+            sent.insert(key, Instant::now());
+        }
+        self.publish(regarding, type_, reason, note);
     }
 
     /// A recorder reporting as the `karpenter` controller of this pod (`POD_NAME`).

@@ -34,13 +34,15 @@ impl Initialization {
             Initialization::Done => {
                 DesiredCondition::truthy(condition::INITIALIZED, "Initialized", "")
             }
-            Initialization::NotReady => {
-                DesiredCondition::falsy(condition::INITIALIZED, "NodeNotReady", "Node is not Ready")
-            }
-            Initialization::Tainted(key) => DesiredCondition::falsy(
+            Initialization::NotReady => DesiredCondition::unknown(
+                condition::INITIALIZED,
+                "NodeNotReady",
+                "Node status is NotReady",
+            ),
+            Initialization::Tainted(key) => DesiredCondition::unknown(
                 condition::INITIALIZED,
                 "StartupTaintsExist",
-                format!("taint {key} is still present"),
+                format!("StartupTaint {key:?} still exists"),
             ),
         }
     }

@@ -76,7 +76,7 @@ impl Lifecycle {
             );
             self.set_conditions(
                 nc,
-                &[DesiredCondition::falsy(
+                &[DesiredCondition::unknown(
                     condition::LAUNCHED,
                     "InvalidNodeClaimName",
                     message,
@@ -91,7 +91,7 @@ impl Lifecycle {
             Err(msg) => {
                 self.set_conditions(
                     nc,
-                    &[DesiredCondition::falsy(
+                    &[DesiredCondition::unknown(
                         condition::LAUNCHED,
                         "NodeClassNotReady",
                         msg,
@@ -106,7 +106,7 @@ impl Lifecycle {
         let Some(image) = status.image.clone() else {
             self.set_conditions(
                 nc,
-                &[DesiredCondition::falsy(
+                &[DesiredCondition::unknown(
                     condition::LAUNCHED,
                     "NodeClassNotReady",
                     "KCNodeClass has no resolved image",
@@ -119,7 +119,7 @@ impl Lifecycle {
         if status.subnets.is_empty() {
             self.set_conditions(
                 nc,
-                &[DesiredCondition::falsy(
+                &[DesiredCondition::unknown(
                     condition::LAUNCHED,
                     "NodeClassNotReady",
                     "KCNodeClass has no resolved subnets",
@@ -226,7 +226,7 @@ impl Lifecycle {
                     Err(err) => {
                         self.set_conditions(
                             nc,
-                            &[DesiredCondition::falsy(
+                            &[DesiredCondition::unknown(
                                 condition::LAUNCHED,
                                 "LaunchFailed",
                                 err.to_string().chars().take(300).collect::<String>(),
@@ -444,7 +444,7 @@ impl Lifecycle {
             nc,
             &[
                 DesiredCondition::truthy(condition::LAUNCHED, "Launched", ""),
-                DesiredCondition::falsy(
+                DesiredCondition::unknown(
                     condition::REGISTERED,
                     "NodeNotFound",
                     "Node not registered with cluster",

@@ -260,28 +260,36 @@ impl Lifecycle {
         for d in desired {
             changed |= set_condition(&mut conditions, d, nc.metadata.generation, &t);
         }
-        let ready = [
+        // The root condition over its dependents, worded as upstream's operatorpkg does: False
+        // when one is False, Unknown while one is still Unknown (or missing).
+        let unhealthy: Vec<String> = [
             condition::LAUNCHED,
             condition::REGISTERED,
             condition::INITIALIZED,
         ]
-        .iter()
-        .all(|c| is_true(&conditions, c));
-        let ready_cond = if ready {
+        .into_iter()
+        .filter(|c| !is_true(&conditions, c))
+        .map(|c| {
+            let status = conditions
+                .iter()
+                .find(|x| x.type_ == c)
+                .map_or("Unknown", |x| x.status.as_str());
+            format!("{c}={status}")
+        })
+        .collect();
+        let ready_cond = if unhealthy.is_empty() {
             DesiredCondition::truthy(condition::READY, "Ready", "")
-        } else {
-            let missing = [
-                condition::LAUNCHED,
-                condition::REGISTERED,
-                condition::INITIALIZED,
-            ]
-            .into_iter()
-            .find(|c| !is_true(&conditions, c))
-            .unwrap_or(condition::LAUNCHED);
+        } else if unhealthy.iter().any(|u| u.ends_with("=False")) {
             DesiredCondition::falsy(
                 condition::READY,
-                "NotReady",
-                format!("{missing} is not True"),
+                "UnhealthyDependents",
+                unhealthy.join(", "),
+            )
+        } else {
+            DesiredCondition::unknown(
+                condition::READY,
+                "ReconcilingDependents",
+                unhealthy.join(", "),
             )
         };
         changed |= set_condition(&mut conditions, &ready_cond, nc.metadata.generation, &t);

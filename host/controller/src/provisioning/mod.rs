@@ -38,6 +38,9 @@ use kk_engine::scheduling::translate;
 const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// NodeClaim creates of one pass in flight at once.
 const CREATES_IN_FLIGHT: usize = 16;
+
+/// How often a NodePool's `NoCompatibleInstanceTypes` event is repeated while it lasts.
+const NO_TYPES_EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
 /// Provisionable pods are looked at again this often even without a watch event.
 const REQUEUE: Duration = Duration::from_secs(10);
 
@@ -387,6 +390,18 @@ impl Provisioner {
             .set(result.unschedulable.len() as i64);
         // Plugin failures are answered (and counted) by the plugin adapter; this is any other
         // ranker failing.
+        for name in &result.pools_without_types {
+            if let Some(np) = pools.iter().find(|p| &p.name_any() == name) {
+                self.events.publish_deduped(
+                    &np.object_ref(&()),
+                    EventType::Warning,
+                    "NoCompatibleInstanceTypes",
+                    "NodePool requirements filtered out all compatible available instance types"
+                        .into(),
+                    NO_TYPES_EVENT_EVERY,
+                );
+            }
+        }
         if let Some(first) = result.ranker_fallbacks.first() {
             tracing::warn!(calls = result.ranker_fallbacks.len(), first = %first,
                 "the instance ranker failed; those calls were ranked natively");

@@ -1,11 +1,50 @@
 //! What draining a node means for each of its pods, as a pure function of the pods and the time,
-//! so the rules (daemonsets stay, mirror pods stay, `do-not-disrupt` holds until the grace period
-//! ends, then everything left is deleted) are unit-tested without an API server.
+//! so the rules are unit-tested without an API server:
+//! - mirror pods, finished pods and pods that tolerate the `karpenter.sh/disrupted` taint stay
+//!   (the last would be scheduled straight back);
+//! - the rest go in upstream's order, one group at a time, each only once the groups before it
+//!   are gone: non-critical pods, non-critical DaemonSet pods, critical pods
+//!   (`system-cluster-critical` / `system-node-critical`), critical DaemonSet pods;
+//! - `do-not-disrupt` holds a pod until the grace period ends, then everything left is deleted.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use kk_apis::names::taint;
 use kk_apis::pod::{do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_terminal};
 use kube::ResourceExt;
+
+/// Priority classes upstream drains last.
+const CRITICAL: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
+
+/// The pod's drain group: lower groups go first.
+fn group(pod: &Pod) -> u8 {
+    let critical = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        .is_some_and(|c| CRITICAL.contains(&c));
+    u8::from(critical) * 2 + u8::from(is_daemonset_pod(pod))
+}
+
+/// Whether the pod tolerates the taint a draining node carries (it would be scheduled back).
+fn tolerates_disrupted(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            let effect_ok = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+            let key_ok = match t.key.as_deref().filter(|k| !k.is_empty()) {
+                None => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == taint::DISRUPTED,
+            };
+            effect_ok && key_ok
+        })
+}
 
 /// `namespace/name` of a pod to act on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,6 +70,8 @@ pub struct DrainStep {
     pub held: Vec<PodRef>,
     /// Already terminating; the node waits for them to go.
     pub terminating: usize,
+    /// In a later drain group: evicted once the earlier groups are gone.
+    pub waiting: usize,
 }
 
 impl DrainStep {
@@ -40,6 +81,7 @@ impl DrainStep {
             && self.delete.is_empty()
             && self.held.is_empty()
             && self.terminating == 0
+            && self.waiting == 0
     }
 }
 
@@ -48,12 +90,19 @@ impl DrainStep {
 pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
     let expired = deadline.is_some_and(|d| now >= d);
     let mut out = DrainStep::default();
-    for pod in pods {
-        if is_daemonset_pod(pod) || is_mirror_pod(pod) || is_terminal(pod) {
-            continue;
-        }
+    let drained: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| !is_mirror_pod(p) && !is_terminal(p) && !tolerates_disrupted(p))
+        .collect();
+    // The first group with pods left acts; later groups wait for it (all go once expired).
+    let current = drained.iter().map(|p| group(p)).min().unwrap_or(0);
+    for pod in drained {
         if pod.metadata.deletion_timestamp.is_some() {
             out.terminating += 1;
+            continue;
+        }
+        if !expired && group(pod) != current {
+            out.waiting += 1;
             continue;
         }
         let r = PodRef {
@@ -94,7 +143,63 @@ mod tests {
     }
 
     #[test]
-    fn daemonsets_mirrors_and_finished_pods_stay() {
+    fn groups_drain_in_upstreams_order() {
+        let ds_owner = || {
+            Some(vec![OwnerReference {
+                kind: "DaemonSet".into(),
+                name: "agent".into(),
+                api_version: "apps/v1".into(),
+                uid: "u".into(),
+                ..Default::default()
+            }])
+        };
+        let critical = |name: &str| {
+            let mut p = pod(name, json!({}));
+            p.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+            p
+        };
+        let web = pod("web", json!({}));
+        let mut agent = pod("agent", json!({}));
+        agent.metadata.owner_references = ds_owner();
+        let dns = critical("dns");
+        let mut csi = critical("csi");
+        csi.metadata.owner_references = ds_owner();
+        let all = [csi.clone(), dns.clone(), agent.clone(), web.clone()];
+        let names = |s: &DrainStep| s.evict.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let s = step(&all, at(0), None);
+        assert_eq!(names(&s), ["web"]);
+        assert_eq!(s.waiting, 3);
+        let s = step(&[csi.clone(), dns.clone(), agent.clone()], at(0), None);
+        assert_eq!(names(&s), ["agent"]);
+        let s = step(&[csi.clone(), dns.clone()], at(0), None);
+        assert_eq!(names(&s), ["dns"]);
+        let s = step(std::slice::from_ref(&csi), at(0), None);
+        assert_eq!(names(&s), ["csi"]);
+        // A terminating pod of an earlier group still holds the later ones back.
+        let mut going = web.clone();
+        going.metadata.deletion_timestamp = Some(Time(at(0)));
+        let s = step(&[going, dns.clone()], at(1), None);
+        assert!(s.evict.is_empty());
+        assert_eq!((s.terminating, s.waiting), (1, 1));
+        // Past the grace period everything left goes at once.
+        let s = step(&all, at(10), Some(at(5)));
+        assert_eq!(s.delete.len(), 4);
+    }
+
+    #[test]
+    fn pods_that_tolerate_the_disrupted_taint_stay() {
+        let mut agent = pod("agent", json!({}));
+        agent.spec.as_mut().unwrap().tolerations =
+            Some(vec![k8s_openapi::api::core::v1::Toleration {
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }]);
+        let s = step(&[agent], at(0), None);
+        assert!(s.is_done(), "{s:?}");
+    }
+
+    #[test]
+    fn mirrors_and_finished_pods_stay_and_daemonsets_wait() {
         let mut ds = pod("ds", json!({}));
         ds.metadata.owner_references = Some(vec![OwnerReference {
             kind: "DaemonSet".into(),
@@ -122,6 +227,7 @@ mod tests {
             }]
         );
         assert!(s.delete.is_empty() && s.held.is_empty());
+        assert_eq!(s.waiting, 1, "the DaemonSet pod goes after web");
         assert!(!s.is_done());
     }
 

@@ -144,6 +144,35 @@ impl Terminator {
         if !nc.finalizers().iter().any(|f| f == finalizer::TERMINATION) || node_name.is_none() {
             return Ok(Action::await_change());
         }
+        // Upstream's marker of when the grace period ends, on the NodeClaim and its Node.
+        if let Some(deadline) = grace_deadline(nc) {
+            let value = deadline.to_string();
+            let patch = json!({"metadata": {"annotations": {
+                annotation::NODECLAIM_TERMINATION_TIMESTAMP: value
+            }}});
+            let marked = |a: &std::collections::BTreeMap<String, String>| {
+                a.get(annotation::NODECLAIM_TERMINATION_TIMESTAMP) == Some(&value)
+            };
+            if !marked(nc.annotations()) {
+                claims
+                    .patch(
+                        &nc.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await?;
+            }
+            if let Some(node) = node.as_ref().filter(|n| !marked(n.annotations())) {
+                let nodes: Api<Node> = Api::all(self.client.clone());
+                nodes
+                    .patch(
+                        &node.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await?;
+            }
+        }
         if let Some(node) = &node
             && let Some(wait) = self.drain(nc, node).await?
         {
@@ -196,7 +225,20 @@ impl Terminator {
             .as_ref()
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
-        if !taints.iter().any(|t| t.key == taint::DISRUPTED) {
+        let tainted = taints.iter().any(|t| t.key == taint::DISRUPTED);
+        let excluded = node
+            .labels()
+            .get(label::EXCLUDE_FROM_LOAD_BALANCERS)
+            .is_some_and(|v| v == "true");
+        if !excluded {
+            // Disruption may have tainted it already; load balancers stop using it either way.
+            let patch =
+                json!({"metadata": {"labels": {label::EXCLUDE_FROM_LOAD_BALANCERS: "true"}}});
+            nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        if !tainted {
             taints.push(disrupted_taint());
             let patch = json!({"spec": {"taints": taints}});
             nodes
@@ -249,7 +291,16 @@ impl Terminator {
             )
             .await
             {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => {
+                    if let Some(pod) = pod {
+                        self.events.publish(
+                            &pod.object_ref(&()),
+                            EventType::Normal,
+                            "Evicted",
+                            format!("Evicted pod: draining node {name}"),
+                        );
+                    }
+                }
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
                 Ok(Err(kube::Error::Api(s))) if s.code == 429 => blocked.push(p.to_string()),
                 Ok(Err(e)) => return Err(e.into()),
@@ -259,7 +310,23 @@ impl Terminator {
         for p in &step.delete {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
             match api.delete(&p.name, &DeleteParams::default()).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    let pod = pods.iter().find(|x| {
+                        x.name_any() == p.name
+                            && x.namespace().as_deref() == Some(p.namespace.as_str())
+                    });
+                    if let Some(pod) = pod {
+                        self.events.publish(
+                            &pod.object_ref(&()),
+                            EventType::Warning,
+                            "TerminationGracePeriodExpiring",
+                            format!(
+                                "Deleting pod to honor the terminationGracePeriod of NodeClaim {}",
+                                nc.name_any()
+                            ),
+                        );
+                    }
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
@@ -270,6 +337,15 @@ impl Terminator {
                 EventType::Warning,
                 "EvictionBlocked",
                 format!("PodDisruptionBudgets block evicting {}", blocked.join(", ")),
+            );
+            self.event(
+                nc,
+                EventType::Warning,
+                "FailedDraining",
+                format!(
+                    "Failed to drain node, {} pods are waiting to be evicted",
+                    blocked.len()
+                ),
             );
         }
         if !step.held.is_empty() {

@@ -216,6 +216,19 @@ async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
             .any(|t| t.key == "karpenter.sh/disrupted"),
         "the node is cordoned with the disrupted taint"
     );
+    assert_eq!(
+        node.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("node.kubernetes.io/exclude-from-external-load-balancers"))
+            .map(String::as_str),
+        Some("true"),
+        "load balancers stop using a draining node"
+    );
+    eventually("a FailedDraining event", || async {
+        (!env.events("FailedDraining").await.is_empty()).then_some(())
+    })
+    .await;
 
     // The controller dies mid-drain; the PDB is lifted; a new controller finishes the job.
     env.stop_operator();
@@ -246,7 +259,12 @@ async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
 async fn do_not_disrupt_pods_hold_their_node() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
-    env.kubectl_apply(&pool("held", "2s", json!({}), json!({})));
+    env.kubectl_apply(&pool(
+        "held",
+        "2s",
+        json!({}),
+        json!({"terminationGracePeriod": "1h"}),
+    ));
     let ns = env.cp.fresh_namespace("held").await.unwrap();
     // Two nodes, one pod each.
     env.apply_in(
@@ -280,6 +298,25 @@ async fn do_not_disrupt_pods_hold_their_node() {
             .any(|c| claim_name(c) == claim_name(&claim)),
         "the held NodeClaim stays"
     );
+    // Upstream's marker of when the grace period ends, an hour after the deletion.
+    let marked = eventually("the termination timestamp annotation", || async {
+        let c = env
+            .nodeclaims()
+            .await
+            .into_iter()
+            .find(|c| claim_name(c) == claim_name(&claim))?;
+        let at = c
+            .metadata
+            .annotations
+            .as_ref()?
+            .get("karpenter.sh/nodeclaim-termination-timestamp")?
+            .parse::<jiff::Timestamp>()
+            .ok()?;
+        let deleted = c.metadata.deletion_timestamp.as_ref()?.0;
+        Some((deleted, at))
+    })
+    .await;
+    assert_eq!(marked.1.duration_since(marked.0).as_secs(), 3600);
     assert_eq!(
         env.pods(&ns, "held")
             .await
@@ -635,6 +672,42 @@ async fn consolidation_respects_running_pods_anti_affinity_and_never_churns() {
         env.events("DisruptionTerminating").await.is_empty(),
         "no node was picked"
     );
+    // And each NodeClaim says why (upstream's Unconsolidatable event).
+    let notes = eventually("an Unconsolidatable event on each NodeClaim", || async {
+        let events = env.events("Unconsolidatable").await;
+        let notes: Vec<(String, String)> = events
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    e.regarding.as_ref()?.name.clone()?,
+                    e.note.clone().unwrap_or_default(),
+                ))
+            })
+            .filter(|(name, _)| before.contains(name))
+            .collect();
+        let named: BTreeSet<&String> = notes.iter().map(|(n, _)| n).collect();
+        (named.len() == 2).then_some(notes)
+    })
+    .await;
+    let x_claim = env
+        .claims_of("anti")
+        .await
+        .into_iter()
+        .find(|c| {
+            c.status.as_ref().and_then(|s| s.node_name.as_ref()) == x_node.metadata.name.as_ref()
+        })
+        .map(|c| claim_name(&c))
+        .unwrap();
+    for (claim, note) in &notes {
+        if *claim == x_claim {
+            assert!(note.contains("anti-affinity"), "{note}");
+        } else {
+            assert!(
+                note.contains("cheaper") || note.contains("would schedule"),
+                "{note}"
+            );
+        }
+    }
 }
 
 /// The pod template of `deployment(...)` with a `karpenter.sh/do-not-disrupt` annotation and a
@@ -699,6 +772,13 @@ async fn blocked_node_receives_pods(blocker: &str) {
         }
     }
     env.wait_running(&ns, "holder", 1).await;
+    let n1_claim = env
+        .claims_of("dest")
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n1.as_str()))
+        .map(|c| claim_name(&c))
+        .unwrap();
     env.apply_in(&ns, &deployment("free", 2, "dest", tiny(), preferring(&n2)));
     env.wait_running(&ns, "free", 2).await;
     for p in env.pods(&ns, "free").await {
@@ -721,6 +801,18 @@ async fn blocked_node_receives_pods(blocker: &str) {
         }
         (claims.len() == 1 && free.len() == 2 && on_n1 == 2).then_some(())
     })
+    .await;
+    // n1 says why it stays (upstream's DisruptionBlocked event, naming the pod).
+    eventually(
+        "a DisruptionBlocked event on n1's NodeClaim naming the holder",
+        || async {
+            let all = env.events("DisruptionBlocked").await;
+            all.into_iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(n1_claim.as_str())
+                    && e.note.as_deref().is_some_and(|n| n.contains("holder"))
+            })
+        },
+    )
     .await;
     let holder = env.pods(&ns, "holder").await;
     assert_eq!(holder.len(), 1);

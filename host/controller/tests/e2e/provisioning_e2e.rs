@@ -297,6 +297,26 @@ async fn nodepool_limits_stop_provisioning_with_an_event() {
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
         .count();
     assert!(pending > 0, "pods beyond the limit stay pending");
+
+    // A pool whose requirements leave no instance type says so on itself.
+    env.kubectl_apply(&nodepool(
+        "nothing",
+        json!({"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["x9.huge"]}
+        ]}),
+        None,
+    ));
+    env.apply_in(&ns, &deployment("none", 1, "nothing", small(), json!({})));
+    let event = eventually("a NoCompatibleInstanceTypes event", || async {
+        env.events("NoCompatibleInstanceTypes")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    let regarding = event.regarding.unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("NodePool"));
+    assert_eq!(regarding.name.as_deref(), Some("nothing"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -320,7 +320,25 @@ pub struct Scored {
     pub nodes: Vec<usize>,
     /// The plugin scorer failed and the native one was used.
     pub scorer_error: Option<ScoreError>,
+    /// Consolidatable nodes a pod or the node itself keeps from disruption (upstream's
+    /// `DisruptionBlocked` events): node index and why.
+    pub blocked: Vec<(usize, String)>,
+    /// Consolidatable nodes consolidation cannot act on (upstream's `Unconsolidatable` events):
+    /// node index and why.
+    pub unconsolidatable: Vec<(usize, String)>,
 }
+
+/// Why a node the fast check does not model is left alone.
+pub const UNMODELLED: &str = "a pod has its own pod affinity, anti-affinity, topology spread or \
+     host ports, which consolidation does not simulate";
+/// Why a node whose pods a reverted consolidation moved is left alone.
+pub const HELD: &str =
+    "its pods' controller is held after a consolidation was reverted (ConsolidationReverted)";
+/// Upstream's message when the pods fit on a new node but none is cheaper.
+pub const NO_CHEAPER: &str = "Can't replace with a cheaper node";
+/// When the pods fit neither on the remaining nodes nor on one new node.
+pub const WOULD_NOT_SCHEDULE: &str =
+    "not all pods would schedule on the remaining nodes or on one new node";
 
 fn permille(used: u64, of: u64) -> u32 {
     if of == 0 {
@@ -336,21 +354,50 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
     let mut inputs = Vec::new();
+    let mut blocked = Vec::new();
+    let mut unconsolidatable = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
-        if node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node) {
+        if node.is_empty() || !consolidatable(snapshot, node) {
             continue;
         }
         let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
             continue;
         };
-        if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized
-            || sim.needs_full_simulation(i)
-            || node.reschedulable_pods().any(|p| p.consolidation_held)
-        {
+        if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized {
+            continue;
+        }
+        match blocker(snapshot, node) {
+            // A nomination lasts seconds: not worth an Event, and kube-rs folds later Events of
+            // the same reason on the same object into its series, keeping the first note.
+            Some(
+                b @ (Blocker::PodDoNotDisrupt(_)
+                | Blocker::PdbBlocked(_)
+                | Blocker::NodeDoNotDisrupt),
+            ) => {
+                blocked.push((i, b.to_string()));
+                continue;
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        if sim.needs_full_simulation(i) {
+            unconsolidatable.push((i, UNMODELLED.to_owned()));
+            continue;
+        }
+        if node.reschedulable_pods().any(|p| p.consolidation_held) {
+            unconsolidatable.push((i, HELD.to_owned()));
             continue;
         }
         let allow_spot = node.capacity_type != "spot";
         let outcome = sim.simulate(&[i], Some(node.price_micros), allow_spot);
+        if outcome == Outcome::Infeasible {
+            // Without the saving rule: do the pods fit a new node at all?
+            let why = match sim.simulate(&[i], None, allow_spot) {
+                Outcome::Infeasible => WOULD_NOT_SCHEDULE,
+                _ => NO_CHEAPER,
+            };
+            unconsolidatable.push((i, why.to_owned()));
+        }
         let requested = node.requested();
         inputs.push(ScoreCandidate {
             node_name: node.name.clone(),
@@ -401,6 +448,8 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         inputs,
         nodes,
         scorer_error,
+        blocked,
+        unconsolidatable,
     }
 }
 
@@ -488,6 +537,8 @@ pub struct Plan {
     /// The one graceful command of this pass.
     pub graceful: Option<Command>,
     pub scored: Scored,
+    /// NodePools with consolidation candidates whose budgets allow no disruption now.
+    pub budget_blocked: Vec<String>,
 }
 
 /// Runs every method in order over `snapshot`.
@@ -499,17 +550,25 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         return Plan {
             forceful,
             graceful: Some(cmd),
-            scored: Scored::default(),
+            ..Plan::default()
         };
     }
     if let Some(cmd) = drift(&mut sim, &mut budgets) {
         return Plan {
             forceful,
             graceful: Some(cmd),
-            scored: Scored::default(),
+            ..Plan::default()
         };
     }
     let scored = score_candidates(&mut sim, scorer);
+    let mut budget_blocked: Vec<String> = scored
+        .order
+        .iter()
+        .filter_map(|&i| snapshot.nodes[i].node_pool.clone())
+        .filter(|p| budgets.remaining(p, Reason::Underutilized) == 0)
+        .collect();
+    budget_blocked.sort();
+    budget_blocked.dedup();
     // Upstream runs multi-node first and takes it; a multi-node set can save less than the best
     // single node (a cheap replacement for one big node), so the larger saving wins here.
     let multi = multi_node(&mut sim, &scored, &budgets);
@@ -523,6 +582,7 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         forceful,
         graceful,
         scored,
+        budget_blocked,
     }
 }
 

@@ -231,6 +231,42 @@ fn nodes_whose_pods_cannot_go_elsewhere_are_kept() {
     ]);
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    // Each says why, for its Unconsolidatable event.
+    assert_eq!(
+        p.scored.unconsolidatable,
+        vec![
+            (0, crate::disruption::plan::NO_CHEAPER.to_owned()),
+            (1, crate::disruption::plan::NO_CHEAPER.to_owned())
+        ]
+    );
+}
+
+#[test]
+fn blocked_and_unschedulable_candidates_say_why() {
+    let mut s = snapshot(vec![
+        node("held", "m2a.large", 2000, 100_000, &[200]),
+        node("full", "m2a.large", 2000, 100_000, &[1900]),
+        node("big", "m2a.large", 2000, 100_000, &[1950]),
+    ]);
+    s.nodes[0].pods[0].do_not_disrupt = true;
+    // `big`'s pod fits nowhere else and no flavor of the catalog is cheaper: no cheaper node.
+    // Make `full`'s pod too big for any flavor's remaining room and any new node.
+    s.nodes[1].pods[0].requests = crate::scheduling::Resources::new(1900, 64 * GI, 1);
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    assert_eq!(p.scored.blocked.len(), 1);
+    assert_eq!(p.scored.blocked[0].0, 0);
+    assert!(p.scored.blocked[0].1.contains("do-not-disrupt"));
+    assert!(
+        p.scored
+            .unconsolidatable
+            .contains(&(1, crate::disruption::plan::WOULD_NOT_SCHEDULE.to_owned()))
+    );
+    assert!(
+        p.scored
+            .unconsolidatable
+            .contains(&(2, crate::disruption::plan::NO_CHEAPER.to_owned()))
+    );
 }
 
 #[test]
@@ -402,4 +438,31 @@ fn a_running_pods_anti_affinity_leaves_no_move_and_nothing_is_disrupted() {
         .push((kk_apis::names::label::HOSTNAME.into(), "a".into()));
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    // Each says why, for its Unconsolidatable event.
+    assert_eq!(
+        p.scored.unconsolidatable,
+        vec![
+            (0, crate::disruption::plan::UNMODELLED.to_owned()),
+            (1, crate::disruption::plan::NO_CHEAPER.to_owned())
+        ]
+    );
+}
+
+#[test]
+fn a_budget_of_zero_names_its_pool() {
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[500]),
+    ]);
+    s.pools[0].budgets = vec![Budget {
+        nodes: "0".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }];
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none());
+    assert_eq!(p.budget_blocked, vec!["default".to_owned()]);
+    s.pools[0].budgets.clear();
+    assert!(plan(&s, &SavingsPerDisruption).budget_blocked.is_empty());
 }

@@ -502,6 +502,18 @@ fn preferences_hold_when_possible_and_relax_when_not() {
 }
 
 #[test]
+fn a_pool_whose_requirements_leave_no_instance_type_is_named() {
+    let mut none = pool("none");
+    none.requirements.push(PoolRequirement {
+        requirement: req("node.kubernetes.io/instance-type", "In", &["x9.huge"]),
+        min_values: None,
+    });
+    let r = solve(&[pod("p", 500, 512)], &[none, pool("default")]);
+    assert_eq!(r.pools_without_types, vec!["none".to_owned()]);
+    assert!(r.unschedulable.is_empty(), "the other pool serves the pod");
+}
+
+#[test]
 fn a_named_host_is_never_a_new_node() {
     // A pod preferring a host that is gone (its node was consolidated) gets a new node without
     // the preference; one requiring it gets none. A NodeClaim never carries a hostname

@@ -103,4 +103,7 @@ pub struct SchedulingResult {
     pub ranker_calls: usize,
     /// Calls whose ranker failed and were ranked natively instead, with why.
     pub ranker_fallbacks: Vec<String>,
+    /// NodePools whose requirements leave no available instance type (upstream's
+    /// `NoCompatibleInstanceTypes`).
+    pub pools_without_types: Vec<String>,
 }

@@ -173,6 +173,7 @@ struct Solver<'a> {
     ranker_calls: usize,
     /// Why the ranker failed, for each call that fell back to the native ranking.
     ranker_fallbacks: Vec<String>,
+    pools_without_types: Vec<String>,
     scratch: Vec<u16>,
     scratch_syms: Vec<Sym>,
 }
@@ -289,6 +290,7 @@ impl<'a> Solver<'a> {
             rank_errors: Vec::new(),
             ranker_calls: 0,
             ranker_fallbacks: Vec::new(),
+            pools_without_types: Vec::new(),
             scratch: Vec::new(),
             scratch_syms: Vec::new(),
         };
@@ -431,6 +433,9 @@ impl<'a> Solver<'a> {
                 }
             }
             let has_min_values = reqs.iter().any(|r| r.min_values.is_some());
+            if tys.is_empty() {
+                self.pools_without_types.push(pool.name.clone());
+            }
             self.templates.push(Template {
                 pool: pi,
                 reqs,
@@ -1212,6 +1217,7 @@ impl<'a> Solver<'a> {
         let mut result = SchedulingResult {
             ranker_calls: self.ranker_calls,
             ranker_fallbacks: self.ranker_fallbacks.clone(),
+            pools_without_types: self.pools_without_types.clone(),
             unschedulable: self.unschedulable.clone(),
             ..Default::default()
         };

@@ -305,6 +305,10 @@ async fn main() -> anyhow::Result<()> {
         row.finish(&format!("{kind:?}-scale").to_lowercase());
         scale.push((*kind, figures?));
     }
+    // Printed now: the steady state can run for half an hour, and a stopped run keeps these.
+    if !scale.is_empty() {
+        print_scale(&scale, &args);
+    }
     let mut steady_rows = Vec::new();
     if args.steady_pods > 0 {
         for kind in &args.steady_rows {
@@ -317,7 +321,6 @@ async fn main() -> anyhow::Result<()> {
             steady_rows.push((*kind, figures?));
         }
     }
-    print_scale(&scale, &args);
     if !steady_rows.is_empty() {
         print_steady(&steady_rows);
     }
