@@ -140,16 +140,15 @@ pub trait Trim: Resource<DynamicType = ()> {
         if let Some(a) = meta.annotations.as_mut() {
             a.remove(kk_apis::names::annotation::LAST_APPLIED);
         }
+        self.trim_kind();
     }
+
+    /// What a kind drops beyond the metadata every kind drops.
+    fn trim_kind(&mut self) {}
 }
 
 impl Trim for Pod {
-    fn trim(&mut self) {
-        let meta = self.meta_mut();
-        meta.managed_fields = None;
-        if let Some(a) = meta.annotations.as_mut() {
-            a.remove(kk_apis::names::annotation::LAST_APPLIED);
-        }
+    fn trim_kind(&mut self) {
         if let Some(status) = self.status.as_mut() {
             status.container_statuses = None;
             status.init_container_statuses = None;

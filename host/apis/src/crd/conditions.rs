@@ -31,29 +31,34 @@ pub struct DesiredCondition {
 }
 
 impl DesiredCondition {
+    fn new(
+        type_: &'static str,
+        status: Status,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
     pub fn truthy(
         type_: &'static str,
         reason: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Self {
-            type_,
-            status: Status::True,
-            reason: reason.into(),
-            message: message.into(),
-        }
+        Self::new(type_, Status::True, reason, message)
     }
+
     pub fn falsy(
         type_: &'static str,
         reason: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Self {
-            type_,
-            status: Status::False,
-            reason: reason.into(),
-            message: message.into(),
-        }
+        Self::new(type_, Status::False, reason, message)
     }
 
     pub fn unknown(
@@ -61,12 +66,7 @@ impl DesiredCondition {
         reason: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Self {
-            type_,
-            status: Status::Unknown,
-            reason: reason.into(),
-            message: message.into(),
-        }
+        Self::new(type_, Status::Unknown, reason, message)
     }
 }
 
