@@ -35,7 +35,7 @@ done
 out="$chart/plugins"
 rm -rf "$out.partial"
 mkdir -p "$out.partial"
-while read -r component world; do
+while read -r component world _; do
   name="$(basename "$component" .wasm)"
   mkdir -p "$out.partial/$name"
   gzip -9 -n -c "$component" > "$out.partial/$name/plugin.wasm.gz"

@@ -14,5 +14,5 @@ extra=("$@")
 if [ -f "$dir/config.json" ] && ! printf '%s\n' "${extra[@]}" | grep -qx -- --config; then
   extra+=(--config "$dir/config.json")
 fi
-read -r component world < <(bash scripts/build-plugins.sh "$dir" | tail -1)
+read -r component world _ < <(bash scripts/build-plugins.sh "$dir" | tail -1)
 "$CARGO_TARGET_DIR/debug/kk-plugin" configmap "$component" --world "$world" "${extra[@]}"

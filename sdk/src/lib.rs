@@ -23,6 +23,7 @@
 //! `wit = "..."` is the path of the WIT package relative to the plugin crate's `Cargo.toml`
 //! (default `wit`: copy this repository's `wit/` directory into your crate).
 
+pub mod case;
 pub mod helpers;
 pub mod selector;
 pub mod testing;
@@ -42,7 +43,8 @@ pub mod bindings {
         path: "../wit",
         world: "kakaocloud:karpenter/plugin-base@0.1.0",
         generate_unused_types: true,
-        additional_derives: [Clone, PartialEq],
+        // serde: cases (`testing::Case`) are JSON files the component runs too.
+        additional_derives: [Clone, PartialEq, serde::Serialize, serde::Deserialize],
     });
 }
 

@@ -28,6 +28,7 @@ pub(crate) fn current_config() -> String {
         .unwrap_or_else(|| "{}".to_owned())
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn capture_log(level: Level, message: &str) {
     LOGS.with(|l| l.borrow_mut().push((level, message.to_owned())));
 }
@@ -164,7 +165,7 @@ impl InstanceTypeBuilder {
 
 /// A `rank` call as the host makes it: the catalog it loaded and the input whose candidates
 /// refer to it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankCase {
     pub catalog: Vec<InstanceType>,
     pub input: RankInput,

@@ -9,7 +9,12 @@
 use super::limits::PluginState;
 
 pub mod selector {
-    wasmtime::component::bindgen!({ path: "../../wit", world: "instance-selector" });
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "instance-selector",
+        // Recorded decisions and authors' cases are these records as JSON (`replay`).
+        additional_derives: [serde::Serialize, serde::Deserialize],
+    });
 }
 
 pub mod scorer {

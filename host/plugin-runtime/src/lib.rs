@@ -8,6 +8,7 @@
 //! * [`convert`]: host types to WIT records.
 //! * [`registry`]: the active plugin per role, and the adapters the controllers call (a call
 //!   that fails is answered by the native default, counted and reported).
+//! * [`replay`]: one call outside the seams, same bounds and checks (`kk-plugin run`/`test`).
 //! * [`trust`]: optional ed25519 signatures a plugin must carry to load.
 //! * [`metrics`]: calls, durations, rejections, the active plugin per world.
 //! * [`watcher`]: ConfigMaps in, registry updates and Events out.
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod limits;
 pub mod metrics;
 pub mod registry;
+pub mod replay;
 pub mod trust;
 pub mod watcher;
 

@@ -310,7 +310,7 @@ impl Registry {
 }
 
 /// A small realistic input per world; a plugin that fails it never serves.
-fn self_test(loaded: &Loaded) -> Result<(), PluginError> {
+pub(crate) fn self_test(loaded: &Loaded) -> Result<(), PluginError> {
     let invalid = |detail: String| PluginError::InvalidOutput {
         plugin: loaded.name.clone(),
         detail,
