@@ -39,6 +39,10 @@ pub mod label {
     pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
     /// Which world a plugin ConfigMap implements.
     pub const PLUGIN_WORLD: &str = "karpenter.kakaocloud.com/plugin-world";
+    /// On a plugin ConfigMap: `shadow` runs it beside the active plugin without acting
+    /// ([`PLUGIN_MODE_SHADOW`]); absent, it is the active plugin of its world.
+    pub const PLUGIN_MODE: &str = "karpenter.kakaocloud.com/plugin-mode";
+    pub const PLUGIN_MODE_SHADOW: &str = "shadow";
     /// Set on a Node while it drains, so load balancers stop sending it traffic (as upstream).
     pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
         "node.kubernetes.io/exclude-from-external-load-balancers";

@@ -19,3 +19,4 @@ pub mod retry;
 pub mod state;
 pub mod supervisor;
 pub mod termination;
+pub mod views;

@@ -15,6 +15,7 @@ use anyhow::Context as _;
 use karpenter_kakaocloud::keyring;
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
+use karpenter_kakaocloud::views;
 use kk_plugin_runtime::{self as plugins, PluginRanker, PluginRenderer, PluginScorer};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -121,14 +122,10 @@ async fn main() {
     }
 }
 
-/// The plugin registry, fed by the plugin ConfigMaps of the system namespace. Every replica
-/// watches them (a standby has its plugins compiled and checked before it leads). An unusable
-/// cache directory only costs compile time, so it is a warning.
-async fn start_plugins(
-    kube: &kube::Client,
-    namespace: &str,
+/// The plugin registry (empty: the native defaults serve). An unusable cache directory only
+/// costs compile time, so it is a warning.
+fn plugin_registry(
     cache_dir: Option<std::path::PathBuf>,
-    trust_secret: Option<String>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<plugins::Registry>> {
     let runtime = match plugins::Runtime::new(plugins::Bounds::default(), cache_dir.clone()) {
@@ -139,7 +136,20 @@ async fn start_plugins(
                 .context("starting the plugin engine")?
         }
     };
-    let registry = plugins::Registry::new(runtime, Some(metrics.plugins.clone()));
+    Ok(plugins::Registry::new(
+        runtime,
+        Some(metrics.plugins.clone()),
+    ))
+}
+
+/// Feeds `registry` from the plugin ConfigMaps of the system namespace. Every replica watches
+/// them (a standby has its plugins compiled and checked before it leads).
+async fn watch_plugins(
+    kube: &kube::Client,
+    namespace: &str,
+    registry: &Arc<plugins::Registry>,
+    trust_secret: Option<String>,
+) {
     let (synced, mut first_list) = tokio::sync::watch::channel(false);
     tokio::spawn(plugins::watcher::run(
         kube.clone(),
@@ -148,11 +158,12 @@ async fn start_plugins(
         trust_secret,
         synced,
     ));
-    tokio::spawn(plugins::watcher::report_fallbacks(
+    tokio::spawn(plugins::watcher::report_calls(
         kube.clone(),
         namespace.to_owned(),
         registry.clone(),
         std::time::Duration::from_secs(60),
+        plugins::shadow::REPORT_EVERY,
     ));
     // Start on the configured plugins, not on the defaults they replace; a watch that cannot
     // list (RBAC, API trouble) only delays that, it does not stop the controller.
@@ -166,7 +177,6 @@ async fn start_plugins(
             "plugin ConfigMaps not listed within 30 s; native defaults serve until they are"
         );
     }
-    Ok(registry)
 }
 
 async fn run(startup: Startup) -> anyhow::Result<i32> {
@@ -209,10 +219,11 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             .map(|l| l.name.clone())
             .unwrap_or_else(|| "disabled".into()),
     )];
+    let plugins = plugin_registry(plugin_cache_dir, &metrics)?;
     let health = health::serve(health_port, health::health_router(ready.clone()), "health").await?;
     let metrics_addr = health::serve(
         settings.metrics_port,
-        health::metrics_router(Arc::new(registry)),
+        health::metrics_router(Arc::new(registry)).merge(views::router(plugins.clone())),
         "metrics",
     )
     .await?;
@@ -250,14 +261,13 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
         )
     })?;
     let join = operator::resolve_join_info(&kube, &cloud, &settings).await?;
-    let plugins = start_plugins(
+    watch_plugins(
         &kube,
         &settings.system_namespace,
-        plugin_cache_dir,
+        &plugins,
         plugin_trust_secret,
-        &metrics,
     )
-    .await?;
+    .await;
     ready.set(true);
 
     let start_operator = |cloud: kakaocloud::Client| {

@@ -9,6 +9,7 @@
 //! * [`registry`]: the active plugin per role, and the adapters the controllers call (a call
 //!   that fails is answered by the native default, counted and reported).
 //! * [`replay`]: one call outside the seams, same bounds and checks (`kk-plugin run`/`test`).
+//! * [`shadow`]: plugins that answer every decision beside the serving one and never act.
 //! * [`trust`]: optional ed25519 signatures a plugin must carry to load.
 //! * [`metrics`]: calls, durations, rejections, the active plugin per world.
 //! * [`watcher`]: ConfigMaps in, registry updates and Events out.
@@ -20,6 +21,7 @@ pub mod limits;
 pub mod metrics;
 pub mod registry;
 pub mod replay;
+pub mod shadow;
 pub mod trust;
 pub mod watcher;
 

@@ -37,6 +37,20 @@ pub struct PluginActive {
     pub digest: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    pub world: String,
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowDivergence {
+    pub world: String,
+    pub plugin: String,
+    /// `flavor`, `ranking`, `order`, `userdata` or `error`.
+    pub divergence: String,
+}
+
 fn plugin_histogram() -> Histogram {
     // 10 µs to about 0.3 s.
     Histogram::new(exponential_buckets(0.00001, 2.0, 16))
@@ -52,6 +66,12 @@ pub struct PluginMetrics {
     pub active: Family<PluginActive, Gauge>,
     /// Calls a plugin failed after its self-test, answered by the native default instead.
     pub fallbacks: Family<PluginWorld, Counter>,
+    /// Decisions a shadow plugin was asked about (`crate::shadow`).
+    pub shadow_decisions: Family<ShadowLabels, Counter>,
+    pub shadow_divergences: Family<ShadowDivergence, Counter>,
+    /// Sum of the hourly price differences a shadow's first choices would have made.
+    pub shadow_price_delta: Family<ShadowLabels, Gauge>,
+    pub shadow_dropped: Family<ShadowLabels, Counter>,
     active_by_world: Mutex<HashMap<String, PluginActive>>,
 }
 
@@ -63,6 +83,10 @@ impl Default for PluginMetrics {
             rejections: Family::default(),
             active: Family::default(),
             fallbacks: Family::default(),
+            shadow_decisions: Family::default(),
+            shadow_divergences: Family::default(),
+            shadow_price_delta: Family::default(),
+            shadow_dropped: Family::default(),
             active_by_world: Mutex::default(),
         }
     }
@@ -90,6 +114,26 @@ impl PluginMetrics {
             "kakaocloud_plugin_fallbacks",
             "Plugin calls that failed after the self-test and were answered by the native default",
             self.fallbacks.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_shadow_decisions",
+            "Decisions a shadow plugin was asked about beside the serving one",
+            self.shadow_decisions.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_shadow_divergences",
+            "Decisions a shadow plugin answered differently, by kind (flavor, ranking, order, userdata, error)",
+            self.shadow_divergences.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_shadow_price_delta_micros",
+            "Sum of the hourly price differences (KRW micros) a shadow selector's first choices would have made",
+            self.shadow_price_delta.clone(),
+        );
+        registry.register(
+            "kakaocloud_plugin_shadow_dropped",
+            "Decisions not compared because the shadow queue was full",
+            self.shadow_dropped.clone(),
         );
         registry.register(
             "kakaocloud_plugin_active",

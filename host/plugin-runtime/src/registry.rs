@@ -18,6 +18,7 @@ use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
 use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection, PluginWorld};
+use crate::shadow::{Decision, Shadows};
 use crate::trust::TrustRoot;
 use kk_apis::names::label;
 use kk_engine::disruption::Reason;
@@ -48,6 +49,8 @@ pub struct Source {
     pub config: String,
     /// The `karpenter.kakaocloud.com/plugin-signature` annotation, if any.
     pub signature: Option<String>,
+    /// Runs in shadow beside the serving plugin, never acting (`crate::shadow`).
+    pub shadow: bool,
 }
 
 impl Source {
@@ -61,6 +64,7 @@ impl Source {
             wasm,
             config: config.into(),
             signature: None,
+            shadow: false,
         }
     }
 }
@@ -107,6 +111,9 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<u8>, PluginError> {
 pub struct Registry {
     runtime: Arc<Runtime>,
     slots: [RwLock<Option<Arc<Loaded>>>; 3],
+    /// The shadow plugin per role, asked beside the serving one.
+    shadow_slots: [RwLock<Option<Arc<Loaded>>>; 3],
+    pub shadows: Shadows,
     metrics: Option<Arc<PluginMetrics>>,
     /// Components compiled (not loaded from the artifact cache), for tests and logs.
     compiled: AtomicUsize,
@@ -131,6 +138,8 @@ impl Registry {
         Arc::new(Registry {
             runtime,
             slots: Default::default(),
+            shadow_slots: Default::default(),
+            shadows: Shadows::new(metrics.clone()),
             metrics,
             compiled: AtomicUsize::new(0),
             selector_catalog: Mutex::new(None),
@@ -210,12 +219,31 @@ impl Registry {
             .clone()
     }
 
+    /// The shadow plugin of `kind`, if any.
+    pub fn shadow(&self, kind: Kind) -> Option<Arc<Loaded>> {
+        self.shadow_slots[slot(kind)]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Verifies, compiles, links and self-tests `source`, then makes it the active plugin of its
-    /// role. On any failure the active plugin is unchanged.
+    /// role, or its shadow. A plugin moving between the two (promoted, demoted) leaves the
+    /// other. On any failure the active and shadow plugins are unchanged.
     pub fn apply(&self, source: &Source) -> Result<Arc<Loaded>, PluginError> {
         let result = self.load(source);
         match &result {
+            Ok(loaded) if source.shadow => {
+                if self.remove_active(source.kind, &source.name) {
+                    tracing::info!(plugin = %source.name, world = %source.kind, "plugin demoted to shadow; the native default serves");
+                }
+                *self.shadow_slots[slot(source.kind)]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
+                tracing::info!(plugin = %source.name, world = %source.kind, digest = %loaded.digest, "plugin runs in shadow");
+            }
             Ok(loaded) => {
+                self.remove_shadow(source.kind, &source.name);
                 *self.slots[slot(source.kind)]
                     .write()
                     .unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
@@ -278,8 +306,26 @@ impl Registry {
         Ok(loaded)
     }
 
-    /// Stops using plugin `name` for `kind` (its ConfigMap is gone): the native default serves.
+    /// Stops using plugin `name` for `kind`, active or shadow (its ConfigMap is gone).
     pub fn remove(&self, kind: Kind, name: &str) -> bool {
+        let shadow = self.remove_shadow(kind, name);
+        self.remove_active(kind, name) || shadow
+    }
+
+    fn remove_shadow(&self, kind: Kind, name: &str) -> bool {
+        let mut slot = self.shadow_slots[slot(kind)]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|l| l.name == name) {
+            *slot = None;
+            tracing::info!(plugin = name, world = %kind, "shadow plugin removed");
+            return true;
+        }
+        false
+    }
+
+    /// Plugin `name` no longer serves `kind`: the native default does.
+    fn remove_active(&self, kind: Kind, name: &str) -> bool {
         let mut slot = self.slots[slot(kind)]
             .write()
             .unwrap_or_else(|p| p.into_inner());
@@ -408,17 +454,14 @@ fn fixture_userdata() -> UserdataInput {
     }
 }
 
-/// The instance-selector seam: the active plugin, else the native cheapest-fit ranker.
+/// The instance-selector seam: the active plugin, else the native cheapest-fit ranker. A
+/// shadow selector is offered the decision after it is made.
 pub struct PluginRanker {
     pub registry: Arc<Registry>,
 }
 
-impl InstanceRanker for PluginRanker {
-    fn name(&self) -> &str {
-        "plugin:instance-selector"
-    }
-
-    fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
+impl PluginRanker {
+    fn serve(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
         let Some(plugin) = self.registry.active(Kind::Selector) else {
             return CheapestFitRanker.rank(request);
         };
@@ -444,17 +487,35 @@ impl InstanceRanker for PluginRanker {
     }
 }
 
+impl InstanceRanker for PluginRanker {
+    fn name(&self) -> &str {
+        "plugin:instance-selector"
+    }
+
+    fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
+        let answer = self.serve(request);
+        if let (Ok(chosen), Some(shadow)) = (&answer, self.registry.shadow(Kind::Selector)) {
+            self.registry.shadows.offer(
+                shadow,
+                Decision::Rank {
+                    catalog: self.registry.selector_catalog(&request.catalog),
+                    input: convert::rank_input(request),
+                    chosen: chosen.clone(),
+                },
+            );
+        }
+        answer
+    }
+}
+
 /// The consolidation-scorer seam: the active plugin, else the native savings-per-disruption.
+/// A shadow scorer is offered the decision after it is made.
 pub struct PluginScorer {
     pub registry: Arc<Registry>,
 }
 
-impl ConsolidationScorer for PluginScorer {
-    fn name(&self) -> &str {
-        "plugin:consolidation-scorer"
-    }
-
-    fn score(&self, candidates: &[ScoreCandidate]) -> Result<Vec<f64>, ScoreError> {
+impl PluginScorer {
+    fn serve(&self, candidates: &[ScoreCandidate]) -> Result<Vec<f64>, ScoreError> {
         let Some(plugin) = self.registry.active(Kind::Scorer) else {
             return SavingsPerDisruption.score(candidates);
         };
@@ -476,29 +537,49 @@ impl ConsolidationScorer for PluginScorer {
     }
 }
 
-/// The userdata seam: the active plugin, else the native kubeadm renderer.
+impl ConsolidationScorer for PluginScorer {
+    fn name(&self) -> &str {
+        "plugin:consolidation-scorer"
+    }
+
+    fn score(&self, candidates: &[ScoreCandidate]) -> Result<Vec<f64>, ScoreError> {
+        let answer = self.serve(candidates);
+        if let (Ok(scores), Some(shadow)) = (&answer, self.registry.shadow(Kind::Scorer)) {
+            self.registry.shadows.offer(
+                shadow,
+                Decision::Score {
+                    input: convert::score_input(candidates),
+                    scores: scores.clone(),
+                },
+            );
+        }
+        answer
+    }
+}
+
+/// The userdata seam: the active plugin, else the native kubeadm renderer. A shadow renderer
+/// is offered the decision after it is made.
 pub struct PluginRenderer {
     pub registry: Arc<Registry>,
 }
 
-impl UserdataRenderer for PluginRenderer {
-    fn name(&self) -> &str {
-        "plugin:userdata-renderer"
-    }
+fn pool_of(input: &UserdataInput) -> String {
+    input
+        .labels
+        .get(label::NODEPOOL)
+        .cloned()
+        .unwrap_or_default()
+}
 
-    fn render(&self, input: &UserdataInput) -> Result<String, UserdataError> {
+impl PluginRenderer {
+    fn serve(&self, input: &UserdataInput) -> Result<String, UserdataError> {
         let Some(plugin) = self.registry.active(Kind::Userdata) else {
             return KubeadmRenderer.render(input);
         };
-        let pool = input
-            .labels
-            .get(label::NODEPOOL)
-            .cloned()
-            .unwrap_or_default();
         let started = Instant::now();
         let limit = self.registry.runtime.bounds.userdata_bytes;
         let result = plugin
-            .render(&convert::userdata_input(input, &pool))
+            .render(&convert::userdata_input(input, &pool_of(input)))
             .and_then(|text| {
                 native_userdata::validate(&text, limit)
                     .map(|_| text)
@@ -514,5 +595,25 @@ impl UserdataRenderer for PluginRenderer {
                 .fell_back(Kind::Userdata, &plugin.name, &e.to_string());
             KubeadmRenderer.render(input)
         })
+    }
+}
+
+impl UserdataRenderer for PluginRenderer {
+    fn name(&self) -> &str {
+        "plugin:userdata-renderer"
+    }
+
+    fn render(&self, input: &UserdataInput) -> Result<String, UserdataError> {
+        let answer = self.serve(input);
+        if let (Ok(text), Some(shadow)) = (&answer, self.registry.shadow(Kind::Userdata)) {
+            self.registry.shadows.offer(
+                shadow,
+                Decision::Render {
+                    input: convert::userdata_input(input, &pool_of(input)),
+                    text: text.clone(),
+                },
+            );
+        }
+        answer
     }
 }

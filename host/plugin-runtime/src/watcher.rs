@@ -2,7 +2,9 @@
 //! an apply or change loads and swaps, a deletion reverts to the native default, and every
 //! outcome is an Event on the ConfigMap. With a trust root Secret configured, it is read at
 //! every load (so a rotation needs no restart, and a missing or broken root refuses plugins).
-//! [`report_fallbacks`] turns failed calls answered by the native default into Events.
+//! [`report_calls`] turns failed calls answered by the native default, and shadow plugins'
+//! findings, into Events. A ConfigMap labelled `plugin-mode=shadow` loads as its world's shadow
+//! (`crate::shadow`); removing the label promotes it.
 
 use kk_apis::names::{annotation, label};
 use std::sync::Arc;
@@ -56,6 +58,8 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
         digest,
         config,
         signature: cm.annotations().get(annotation::PLUGIN_SIGNATURE).cloned(),
+        shadow: cm.labels().get(label::PLUGIN_MODE).map(String::as_str)
+            == Some(label::PLUGIN_MODE_SHADOW),
     })
 }
 
@@ -142,6 +146,19 @@ pub async fn run(
     }
 }
 
+/// What serves `kind` now, for Event notes.
+fn serving(registry: &Registry, kind: Kind) -> String {
+    registry
+        .active(kind)
+        .map_or("the native default".to_owned(), |l| {
+            format!(
+                "plugin {} ({})",
+                l.name,
+                &l.digest[..12.min(l.digest.len())]
+            )
+        })
+}
+
 async fn apply(
     registry: &Arc<Registry>,
     trust: Option<(&Api<Secret>, &str)>,
@@ -164,7 +181,7 @@ async fn apply(
             tokio::task::spawn_blocking(move || {
                 registry
                     .apply(&source)
-                    .map(|l| (source.kind, l.digest.clone()))
+                    .map(|l| (source.kind, l.digest.clone(), source.shadow))
             })
             .await
             .unwrap_or_else(|e| Err(PluginError::Engine(format!("plugin load task failed: {e}"))))
@@ -172,7 +189,18 @@ async fn apply(
         Err(e) => Err(e),
     };
     let (type_, reason, note) = match &outcome {
-        Ok((kind, digest)) => {
+        Ok((kind, digest, true)) => {
+            seen.insert(name.clone(), (*kind, version));
+            (
+                EventType::Normal,
+                "PluginShadow",
+                format!(
+                    "{kind} plugin {name} runs in shadow beside {} (sha256 {digest}): its answers are compared, never used",
+                    serving(registry, *kind)
+                ),
+            )
+        }
+        Ok((kind, digest, false)) => {
             seen.insert(name.clone(), (*kind, version));
             (
                 EventType::Normal,
@@ -186,14 +214,7 @@ async fn apply(
                 .find(|k| {
                     cm.labels().get(label::PLUGIN_WORLD).map(String::as_str) == Some(k.world())
                 })
-                .and_then(|k| registry.active(k))
-                .map_or("the native default".to_owned(), |l| {
-                    format!(
-                        "plugin {} ({})",
-                        l.name,
-                        &l.digest[..12.min(l.digest.len())]
-                    )
-                });
+                .map_or("the native default".to_owned(), |k| serving(registry, k));
             (
                 EventType::Warning,
                 "PluginRejected",
@@ -213,13 +234,16 @@ async fn apply(
     }
 }
 
-/// Every `every`, publishes one Warning `PluginFallback` Event per plugin whose calls failed
-/// since the last report (answered by the native default), on the plugin's ConfigMap.
-pub async fn report_fallbacks(
+/// Every `every`, publishes on each plugin's ConfigMap a Warning `PluginFallback` Event when its
+/// calls failed since the last report (answered by the native default), and a Normal
+/// `ShadowReport` Event when a shadow plugin answered `shadow_every` more decisions
+/// ([`crate::shadow::REPORT_EVERY`] in the controller).
+pub async fn report_calls(
     client: kube::Client,
     namespace: String,
     registry: Arc<Registry>,
     every: std::time::Duration,
+    shadow_every: u64,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let reporter = Reporter {
@@ -252,6 +276,23 @@ pub async fn report_fallbacks(
             let recorder = Recorder::new(client.clone(), reporter.clone());
             if let Err(e) = recorder.publish(&ev, &cm.object_ref(&())).await {
                 tracing::debug!(error = %e, "could not publish plugin fallback event");
+            }
+        }
+        for stats in registry.shadows.due(shadow_every) {
+            let Ok(Some(cm)) = api.get_opt(&stats.plugin).await else {
+                continue;
+            };
+            let ev = Event {
+                type_: EventType::Normal,
+                reason: "ShadowReport".into(),
+                note: Some(stats.summary().chars().take(1000).collect()),
+                action: "Compare".into(),
+                secondary: None,
+            };
+            // A recorder per report: one series would keep the first summary's note.
+            let recorder = Recorder::new(client.clone(), reporter.clone());
+            if let Err(e) = recorder.publish(&ev, &cm.object_ref(&())).await {
+                tracing::debug!(error = %e, "could not publish shadow report event");
             }
         }
     }

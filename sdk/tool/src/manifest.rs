@@ -43,6 +43,10 @@ pub struct ConfigMapArgs {
     /// The signing key's id in the controller's trust.json.
     #[arg(long, requires = "sign_key")]
     pub key_id: Option<String>,
+    /// Runs beside the serving plugin of its world without acting; its divergences are
+    /// counted. Promote it by removing the label `karpenter.kakaocloud.com/plugin-mode`.
+    #[arg(long)]
+    pub shadow: bool,
 }
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
@@ -96,6 +100,13 @@ pub fn configmap(args: &ConfigMapArgs) -> Result<ConfigMap> {
         );
     }
     let compressed = gzip(&component)?;
+    let mut labels = BTreeMap::from([(label::PLUGIN_WORLD.to_owned(), world.to_owned())]);
+    if args.shadow {
+        labels.insert(
+            label::PLUGIN_MODE.to_owned(),
+            label::PLUGIN_MODE_SHADOW.to_owned(),
+        );
+    }
     let encoded = compressed.len().div_ceil(3) * 4;
     if encoded > CONFIGMAP_MAX_BYTES {
         bail!(
@@ -106,10 +117,7 @@ pub fn configmap(args: &ConfigMapArgs) -> Result<ConfigMap> {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(args.namespace.clone()),
-            labels: Some(BTreeMap::from([(
-                label::PLUGIN_WORLD.to_owned(),
-                world.to_owned(),
-            )])),
+            labels: Some(labels),
             annotations: Some(annotations),
             ..Default::default()
         },

@@ -20,5 +20,6 @@ mod ownership_keyring_watch;
 mod plugins_configmap;
 mod plugins_hostile;
 mod plugins_runtime;
+mod plugins_shadow;
 mod provisioning_e2e;
 mod release_oci;

@@ -150,14 +150,9 @@ async fn configmaps_load_swap_refuse_and_revert() {
     task.abort();
 }
 
-/// The `kk-plugin` tool `scripts/build-plugins.sh` built, beside this test binary's directory.
+/// Runs the `kk-plugin` tool; its standard output.
 fn kk_plugin(args: &[&str]) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let tool = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("kk-plugin"))
-        .unwrap();
+    let tool = crate::support::kk_plugin_tool();
     let out = std::process::Command::new(&tool)
         .args(args)
         .output()
@@ -235,11 +230,12 @@ async fn with_a_trust_root_only_plugins_signed_by_kk_plugin_load_and_failed_call
         Some("plugin-trust".into()),
         synced,
     ));
-    let reporter = tokio::spawn(watcher::report_fallbacks(
+    let reporter = tokio::spawn(watcher::report_calls(
         client.clone(),
         ns.clone(),
         registry.clone(),
         Duration::from_millis(200),
+        kk_plugin_runtime::shadow::REPORT_EVERY,
     ));
     first_list.wait_for(|done| *done).await.unwrap();
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
@@ -320,11 +316,9 @@ async fn with_a_trust_root_only_plugins_signed_by_kk_plugin_load_and_failed_call
     .await;
 
     // Its settings changed after signing: refused, the signed one keeps serving.
-    kubectl_apply(
-        &cp,
-        &ns,
-        &signed.replace(r#"{\"mode\": \"trap-on-one\"}"#, r#"{\"mode\": \"trap\"}"#),
-    );
+    let resettled = signed.replace(r#""mode": "trap-on-one""#, r#""mode": "trap""#);
+    assert_ne!(resettled, signed, "the settings were edited");
+    kubectl_apply(&cp, &ns, &resettled);
     event_note(&events, "PluginRejected", "does not verify").await;
     assert!(registry.active(Kind::Selector).is_some());
 

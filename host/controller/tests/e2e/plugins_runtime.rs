@@ -576,3 +576,85 @@ fn a_call_that_traps_outside_the_self_test_falls_back_and_its_instance_is_never_
         );
     }
 }
+
+/// The shadow records of `reg` once `done` holds for the record of `plugin`.
+fn shadow_stats(
+    reg: &Registry,
+    plugin: &str,
+    done: impl Fn(&kk_plugin_runtime::shadow::Stats) -> bool,
+) -> kk_plugin_runtime::shadow::Stats {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let found = reg.shadows.stats().into_iter().find(|s| s.plugin == plugin);
+        match found {
+            Some(s) if done(&s) => return s,
+            last if std::time::Instant::now() > deadline => {
+                panic!("shadow {plugin} never reached the state: {last:?}")
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+}
+
+#[test]
+fn a_shadow_selector_answers_every_decision_never_acts_and_its_divergence_is_counted() {
+    // The native default serves; the shadow denies the family the default picks.
+    let reg = registry();
+    let mut team = source(
+        "team",
+        "instance-selector",
+        Kind::Selector,
+        r#"{"denyFamilies": ["c2a"]}"#,
+    );
+    team.shadow = true;
+    reg.apply(&team).unwrap();
+    assert!(reg.active(Kind::Selector).is_none());
+    assert!(reg.shadow(Kind::Selector).is_some());
+    let ranker = PluginRanker {
+        registry: reg.clone(),
+    };
+    let types = catalog();
+    for _ in 0..3 {
+        let order = rank_names(&ranker, &types, small()).unwrap();
+        assert_eq!(order[0], "c2a.large", "the shadow never acts: {order:?}");
+    }
+    let stats = shadow_stats(&reg, "team", |s| s.decisions == 3);
+    assert_eq!(stats.diverged.get("flavor"), Some(&3), "{stats:?}");
+    // c2a.large at 80,000 against m2a.large at 96,000 per hour, three times.
+    assert_eq!(stats.price_delta_micros, 3 * 16_000);
+    let last = stats.recent.back().unwrap();
+    assert!(last.serving.starts_with("c2a.large"), "{last:?}");
+    assert!(last.shadow.starts_with("m2a.large"), "{last:?}");
+    assert!(
+        stats
+            .summary()
+            .contains("3 decisions, 3 diverged (flavor 3)")
+    );
+
+    // A shadow that traps (on a single candidate) changes no answer; its errors are counted.
+    let mut hostile = source(
+        "hostile",
+        "hostile-selector",
+        Kind::Selector,
+        r#"{"mode": "trap-on-one"}"#,
+    );
+    hostile.shadow = true;
+    reg.apply(&hostile).unwrap();
+    let one = rank_subset(&ranker, &types, [1], small()).unwrap();
+    assert_eq!(one, ["c2a.large"]);
+    let stats = shadow_stats(&reg, "hostile", |s| s.decisions == 1);
+    assert_eq!(stats.diverged.get("error"), Some(&1), "{stats:?}");
+
+    // Promoted (the same ConfigMap without the shadow label): it serves from the next decision.
+    team.shadow = false;
+    reg.apply(&team).unwrap();
+    assert_eq!(reg.active(Kind::Selector).unwrap().name, "team");
+    assert_eq!(reg.shadow(Kind::Selector).unwrap().name, "hostile");
+    let order = rank_names(&ranker, &types, small()).unwrap();
+    assert_eq!(order[0], "m2a.large", "{order:?}");
+    // Demoted again: the native default serves, it shadows.
+    team.shadow = true;
+    reg.apply(&team).unwrap();
+    assert!(reg.active(Kind::Selector).is_none());
+    assert_eq!(reg.shadow(Kind::Selector).unwrap().name, "team");
+}

@@ -442,6 +442,15 @@ impl Env {
     }
 }
 
+/// The `kk-plugin` tool `scripts/build-plugins.sh` built, beside this test binary's directory.
+pub fn kk_plugin_tool() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("kk-plugin"))
+        .unwrap()
+}
+
 pub fn label<'a>(node: &'a Node, key: &str) -> &'a str {
     node.metadata
         .labels
