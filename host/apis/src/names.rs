@@ -43,6 +43,9 @@ pub mod label {
     /// ([`PLUGIN_MODE_SHADOW`]); absent, it is the active plugin of its world.
     pub const PLUGIN_MODE: &str = "karpenter.kakaocloud.com/plugin-mode";
     pub const PLUGIN_MODE_SHADOW: &str = "shadow";
+    /// `nodepool`: it serves only the NodePools that name it ([`crate::names::annotation`]'s
+    /// `NODEPOOL_*` keys), never as its world's default.
+    pub const PLUGIN_MODE_NODEPOOL: &str = "nodepool";
     /// Set on a Node while it drains, so load balancers stop sending it traffic (as upstream).
     pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
         "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -79,6 +82,16 @@ pub mod annotation {
     pub const PLUGIN_SHA256: &str = "karpenter.kakaocloud.com/plugin-sha256";
     /// `<keyID>:<base64 ed25519 signature>` of a plugin ConfigMap (see [`crate::plugin_signing`]).
     pub const PLUGIN_SIGNATURE: &str = "karpenter.kakaocloud.com/plugin-signature";
+    /// On a NodePool: the plugin ConfigMap that ranks instance types for its nodes (absent: the
+    /// world's default plugin).
+    pub const NODEPOOL_INSTANCE_SELECTOR: &str =
+        "plugins.karpenter.kakaocloud.com/instance-selector";
+    /// On a NodePool: the plugin ConfigMap that scores its nodes for consolidation.
+    pub const NODEPOOL_CONSOLIDATION_SCORER: &str =
+        "plugins.karpenter.kakaocloud.com/consolidation-scorer";
+    /// On a NodePool: the plugin ConfigMap that renders its nodes' userdata.
+    pub const NODEPOOL_USERDATA_RENDERER: &str =
+        "plugins.karpenter.kakaocloud.com/userdata-renderer";
     /// On a terminating NodeClaim and its Node: when its terminationGracePeriod ends (RFC 3339).
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =
         "karpenter.sh/nodeclaim-termination-timestamp";

@@ -16,7 +16,7 @@ use karpenter_kakaocloud::keyring;
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
 use karpenter_kakaocloud::views;
-use kk_plugin_runtime::{self as plugins, PluginRanker, PluginRenderer, PluginScorer};
+use kk_plugin_runtime as plugins;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -277,17 +277,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             settings.clone(),
             keyring.clone(),
             join.clone(),
-            Plugins {
-                ranker: Arc::new(PluginRanker {
-                    registry: plugins.clone(),
-                }),
-                renderer: Arc::new(PluginRenderer {
-                    registry: plugins.clone(),
-                }),
-                scorer: Arc::new(PluginScorer {
-                    registry: plugins.clone(),
-                }),
-            },
+            Plugins::from_registry(plugins.clone()),
             metrics.clone(),
         )
     };

@@ -4,7 +4,8 @@
 //!
 //! * [`desired`] is the pure part: from a NodePool, its KCNodeClass and its NodeClaims (with
 //!   their Nodes) to the status upstream would write.
-//! * [`run`] writes it every [`INTERVAL`] for each managed NodePool, only when it differs.
+//! * [`run`] writes it every [`INTERVAL`] for each managed NodePool, only when it differs,
+//!   and routes each NodePool's plugin annotations ([`route`]).
 //!
 //! Invariants:
 //! - only `status` is written (a merge patch), never spec or metadata;
@@ -22,10 +23,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::events::Events;
 use crate::provisioning::is_managed_pool;
 use crate::state::ClusterState;
 use kk_apis::crd::conditions::{DesiredCondition, set_condition};
@@ -33,6 +36,7 @@ use kk_apis::crd::nodepool::{MAX_NODEPOOL_NAME_LEN, NodePoolStatus};
 use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
 use kk_apis::names::{condition, label};
 use kk_engine::scheduling::resources::{self, Resources};
+use kk_plugin_runtime::{Kind, Registry};
 
 /// How often every NodePool's status is recomputed (upstream's counter requeues every 5 s).
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -246,14 +250,56 @@ pub fn desired(
     status
 }
 
-/// Writes every managed NodePool's status when it differs from what is stored.
-pub async fn run(client: kube::Client, state: ClusterState) {
+/// Writes every managed NodePool's status when it differs from what is stored, and routes
+/// their plugin annotations through `plugins` (when plugins load from ConfigMaps).
+pub async fn run(
+    client: kube::Client,
+    state: ClusterState,
+    events: Events,
+    plugins: Option<Arc<Registry>>,
+) {
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if let Some(registry) = &plugins {
+            route(&state.nodepools.state(), registry, &events);
+        }
         pass(&client, &state).await;
     }
+}
+
+/// How often a NodePool naming a plugin that is not loaded is told so again.
+const NOT_LOADED_EVERY: Duration = Duration::from_secs(600);
+
+/// Gives `registry` the plugin each managed NodePool names per world (its
+/// `plugins.karpenter.kakaocloud.com/<world>` annotations). A NodePool naming a plugin that is
+/// not loaded is served by the world's default and gets a Warning `PluginNotLoaded`.
+pub fn route(pools: &[Arc<NodePool>], registry: &Registry, events: &Events) {
+    let mut routes = HashMap::new();
+    for pool in pools.iter().filter(|p| is_managed_pool(p)) {
+        for kind in Kind::ALL {
+            let key = kind.nodepool_annotation();
+            let Some(name) = pool.annotations().get(key).filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            if registry.named(kind, name).is_none() {
+                events.publish_deduped(
+                    &pool.object_ref(&()),
+                    EventType::Warning,
+                    "PluginNotLoaded",
+                    format!(
+                        "annotation {key} names {kind} plugin {name}, which is not loaded (no such \
+                         ConfigMap in the controller's namespace, or it was refused: see its \
+                         Events); the default serves this NodePool"
+                    ),
+                    NOT_LOADED_EVERY,
+                );
+            }
+            routes.insert((kind, pool.name_any()), name.clone());
+        }
+    }
+    registry.set_routes(routes);
 }
 
 #[tracing::instrument(skip_all)]

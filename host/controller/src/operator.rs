@@ -27,12 +27,16 @@ use kakaocloud::ownership::KeyringHandle;
 use kk_engine::disruption::{ConsolidationScorer, SavingsPerDisruption};
 use kk_engine::scheduling::{CheapestFitRanker, InstanceRanker};
 use kk_engine::userdata::{KubeadmRenderer, UserdataRenderer};
+use kk_plugin_runtime::{PluginRanker, PluginRenderer, PluginScorer, Registry};
 
 /// Optional parts; defaults are the native ranker, renderer and scorer.
 pub struct Plugins {
     pub ranker: Arc<dyn InstanceRanker>,
     pub renderer: Arc<dyn UserdataRenderer>,
     pub scorer: Arc<dyn ConsolidationScorer>,
+    /// The plugin registry behind the seams, when plugins load from ConfigMaps: the NodePool
+    /// controller routes each NodePool's plugin annotations through it.
+    pub registry: Option<Arc<Registry>>,
 }
 
 impl Default for Plugins {
@@ -41,6 +45,25 @@ impl Default for Plugins {
             ranker: Arc::new(CheapestFitRanker),
             renderer: Arc::new(KubeadmRenderer),
             scorer: Arc::new(SavingsPerDisruption),
+            registry: None,
+        }
+    }
+}
+
+impl Plugins {
+    /// Every seam served by `registry`'s plugins (the native defaults where none is loaded).
+    pub fn from_registry(registry: Arc<Registry>) -> Plugins {
+        Plugins {
+            ranker: Arc::new(PluginRanker {
+                registry: registry.clone(),
+            }),
+            renderer: Arc::new(PluginRenderer {
+                registry: registry.clone(),
+            }),
+            scorer: Arc::new(PluginScorer {
+                registry: registry.clone(),
+            }),
+            registry: Some(registry),
         }
     }
 }
@@ -234,7 +257,12 @@ impl Operator {
         );
         supervisor.spawn(
             "nodepool-status",
-            crate::nodepool::run(kube.clone(), state.clone()),
+            crate::nodepool::run(
+                kube.clone(),
+                state.clone(),
+                Events::new(Events::recorder(kube.clone()), "Route"),
+                plugins.registry,
+            ),
         );
         Ok(Operator {
             state,

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 pub use engine::{Allocator, Loaded, Runtime};
 pub use limits::Bounds;
-pub use registry::{Fallback, PluginRanker, PluginRenderer, PluginScorer, Registry, Source};
+pub use registry::{Fallback, Mode, PluginRanker, PluginRenderer, PluginScorer, Registry, Source};
 pub use trust::TrustRoot;
 
 /// The ConfigMap binaryData key of the component (gzip or plain).
@@ -54,6 +54,16 @@ impl Kind {
             Kind::Selector => "instance-selector",
             Kind::Scorer => "consolidation-scorer",
             Kind::Userdata => "userdata-renderer",
+        }
+    }
+
+    /// The NodePool annotation naming the plugin of this world for its nodes.
+    pub fn nodepool_annotation(&self) -> &'static str {
+        use kk_apis::names::annotation;
+        match self {
+            Kind::Selector => annotation::NODEPOOL_INSTANCE_SELECTOR,
+            Kind::Scorer => annotation::NODEPOOL_CONSOLIDATION_SCORER,
+            Kind::Userdata => annotation::NODEPOOL_USERDATA_RENDERER,
         }
     }
 

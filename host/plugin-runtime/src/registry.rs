@@ -8,7 +8,7 @@
 //! watcher reports as an Event on the plugin's ConfigMap. Provisioning never stops because of
 //! a plugin.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -49,8 +49,20 @@ pub struct Source {
     pub config: String,
     /// The `karpenter.kakaocloud.com/plugin-signature` annotation, if any.
     pub signature: Option<String>,
-    /// Runs in shadow beside the serving plugin, never acting (`crate::shadow`).
-    pub shadow: bool,
+    /// Which decisions it makes (the ConfigMap's `plugin-mode` label).
+    pub mode: Mode,
+}
+
+/// What a loaded plugin serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Its world's default: every NodePool that names no plugin of the world.
+    #[default]
+    Default,
+    /// Answers beside what serves, never acts (`crate::shadow`).
+    Shadow,
+    /// Serves only the NodePools that name it in their annotation.
+    NodePool,
 }
 
 impl Source {
@@ -64,7 +76,7 @@ impl Source {
             wasm,
             config: config.into(),
             signature: None,
-            shadow: false,
+            mode: Mode::Default,
         }
     }
 }
@@ -114,6 +126,10 @@ pub struct Registry {
     /// The shadow plugin per role, asked beside the serving one.
     shadow_slots: [RwLock<Option<Arc<Loaded>>>; 3],
     pub shadows: Shadows,
+    /// Every loaded plugin a NodePool may name (default and `nodepool` mode), by world and name.
+    named: RwLock<HashMap<(Kind, String), Arc<Loaded>>>,
+    /// The plugin each NodePool names, by world and NodePool (set by the NodePool controller).
+    routes: RwLock<HashMap<(Kind, String), String>>,
     metrics: Option<Arc<PluginMetrics>>,
     /// Components compiled (not loaded from the artifact cache), for tests and logs.
     compiled: AtomicUsize,
@@ -140,6 +156,8 @@ impl Registry {
             slots: Default::default(),
             shadow_slots: Default::default(),
             shadows: Shadows::new(metrics.clone()),
+            named: Default::default(),
+            routes: Default::default(),
             metrics,
             compiled: AtomicUsize::new(0),
             selector_catalog: Mutex::new(None),
@@ -227,13 +245,49 @@ impl Registry {
             .clone()
     }
 
-    /// Verifies, compiles, links and self-tests `source`, then makes it the active plugin of its
-    /// role, or its shadow. A plugin moving between the two (promoted, demoted) leaves the
-    /// other. On any failure the active and shadow plugins are unchanged.
+    /// The plugin serving `kind` for NodePool `pool`: the one the NodePool names when it is
+    /// loaded, else the world's default (`None`: the native default).
+    pub fn serving(&self, kind: Kind, pool: &str) -> Option<Arc<Loaded>> {
+        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(name) = routes.get(&(kind, pool.to_owned()))
+            && let Some(named) = self.named(kind, name)
+        {
+            return Some(named);
+        }
+        self.active(kind)
+    }
+
+    /// The loaded plugin `name` of `kind` a NodePool may name (default or `nodepool` mode).
+    pub fn named(&self, kind: Kind, name: &str) -> Option<Arc<Loaded>> {
+        self.named
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(kind, name.to_owned()))
+            .cloned()
+    }
+
+    /// Which plugin each NodePool names, by world and NodePool; replaces the previous routes.
+    pub fn set_routes(&self, routes: HashMap<(Kind, String), String>) {
+        *self.routes.write().unwrap_or_else(|p| p.into_inner()) = routes;
+    }
+
+    fn remember(&self, kind: Kind, name: &str, loaded: Option<Arc<Loaded>>) {
+        let mut named = self.named.write().unwrap_or_else(|p| p.into_inner());
+        match loaded {
+            Some(l) => named.insert((kind, name.to_owned()), l),
+            None => named.remove(&(kind, name.to_owned())),
+        };
+    }
+
+    /// Verifies, compiles, links and self-tests `source`, then places it by its mode: its
+    /// world's default, its shadow, or a plugin only the NodePools naming it use. A plugin
+    /// changing mode (promoted, demoted) leaves its former place. On any failure nothing
+    /// changes.
     pub fn apply(&self, source: &Source) -> Result<Arc<Loaded>, PluginError> {
         let result = self.load(source);
         match &result {
-            Ok(loaded) if source.shadow => {
+            Ok(loaded) if source.mode == Mode::Shadow => {
+                self.remember(source.kind, &source.name, None);
                 if self.remove_active(source.kind, &source.name) {
                     tracing::info!(plugin = %source.name, world = %source.kind, "plugin demoted to shadow; the native default serves");
                 }
@@ -242,8 +296,15 @@ impl Registry {
                     .unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
                 tracing::info!(plugin = %source.name, world = %source.kind, digest = %loaded.digest, "plugin runs in shadow");
             }
+            Ok(loaded) if source.mode == Mode::NodePool => {
+                self.remove_shadow(source.kind, &source.name);
+                self.remove_active(source.kind, &source.name);
+                self.remember(source.kind, &source.name, Some(loaded.clone()));
+                tracing::info!(plugin = %source.name, world = %source.kind, digest = %loaded.digest, "plugin loaded for the NodePools naming it");
+            }
             Ok(loaded) => {
                 self.remove_shadow(source.kind, &source.name);
+                self.remember(source.kind, &source.name, Some(loaded.clone()));
                 *self.slots[slot(source.kind)]
                     .write()
                     .unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
@@ -308,6 +369,7 @@ impl Registry {
 
     /// Stops using plugin `name` for `kind`, active or shadow (its ConfigMap is gone).
     pub fn remove(&self, kind: Kind, name: &str) -> bool {
+        self.remember(kind, name, None);
         let shadow = self.remove_shadow(kind, name);
         self.remove_active(kind, name) || shadow
     }
@@ -462,7 +524,7 @@ pub struct PluginRanker {
 
 impl PluginRanker {
     fn serve(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
-        let Some(plugin) = self.registry.active(Kind::Selector) else {
+        let Some(plugin) = self.registry.serving(Kind::Selector, request.node_pool) else {
             return CheapestFitRanker.rank(request);
         };
         let started = Instant::now();
@@ -515,8 +577,46 @@ pub struct PluginScorer {
 }
 
 impl PluginScorer {
+    /// Each candidate scored by the plugin serving its NodePool: one call per plugin, over
+    /// its candidates (scores of different plugins are then ranked together).
     fn serve(&self, candidates: &[ScoreCandidate]) -> Result<Vec<f64>, ScoreError> {
-        let Some(plugin) = self.registry.active(Kind::Scorer) else {
+        let mut groups: Vec<(Option<Arc<Loaded>>, Vec<usize>)> = Vec::new();
+        for (i, c) in candidates.iter().enumerate() {
+            let plugin = self.registry.serving(Kind::Scorer, &c.node_pool);
+            let same = |g: &&mut (Option<Arc<Loaded>>, Vec<usize>)| match (&g.0, &plugin) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            match groups.iter_mut().find(same) {
+                Some(g) => g.1.push(i),
+                None => groups.push((plugin, vec![i])),
+            }
+        }
+        if groups.len() <= 1 {
+            let plugin = match groups.pop() {
+                Some((plugin, _)) => plugin,
+                None => self.registry.active(Kind::Scorer),
+            };
+            return self.score_with(plugin, candidates);
+        }
+        let mut scores = vec![0.0; candidates.len()];
+        for (plugin, indices) in groups {
+            let subset: Vec<ScoreCandidate> =
+                indices.iter().map(|&i| candidates[i].clone()).collect();
+            for (score, i) in self.score_with(plugin, &subset)?.into_iter().zip(indices) {
+                scores[i] = score;
+            }
+        }
+        Ok(scores)
+    }
+
+    fn score_with(
+        &self,
+        plugin: Option<Arc<Loaded>>,
+        candidates: &[ScoreCandidate],
+    ) -> Result<Vec<f64>, ScoreError> {
+        let Some(plugin) = plugin else {
             return SavingsPerDisruption.score(candidates);
         };
         let started = Instant::now();
@@ -573,7 +673,7 @@ fn pool_of(input: &UserdataInput) -> String {
 
 impl PluginRenderer {
     fn serve(&self, input: &UserdataInput) -> Result<String, UserdataError> {
-        let Some(plugin) = self.registry.active(Kind::Userdata) else {
+        let Some(plugin) = self.registry.serving(Kind::Userdata, &pool_of(input)) else {
             return KubeadmRenderer.render(input);
         };
         let started = Instant::now();

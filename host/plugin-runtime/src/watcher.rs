@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::registry::{Registry, Source, Trust};
+use super::registry::{Mode, Registry, Source, Trust};
 use super::trust::{self, TrustRoot};
 use super::{CONFIG_KEY, Kind, PluginError, WASM_KEY};
 
@@ -51,6 +51,19 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
         .and_then(|d| d.get(CONFIG_KEY))
         .cloned()
         .unwrap_or_else(|| "{}".into());
+    let mode = match cm.labels().get(label::PLUGIN_MODE).map(String::as_str) {
+        None => Mode::Default,
+        Some(label::PLUGIN_MODE_SHADOW) => Mode::Shadow,
+        Some(label::PLUGIN_MODE_NODEPOOL) => Mode::NodePool,
+        Some(other) => {
+            return Err(PluginError::Invalid(format!(
+                "label {}={other:?} is not one of {}, {} (or absent: the world's default)",
+                label::PLUGIN_MODE,
+                label::PLUGIN_MODE_SHADOW,
+                label::PLUGIN_MODE_NODEPOOL
+            )));
+        }
+    };
     Ok(Source {
         name: cm.name_any(),
         kind,
@@ -58,8 +71,7 @@ pub fn source_of(cm: &ConfigMap) -> Result<Source, PluginError> {
         digest,
         config,
         signature: cm.annotations().get(annotation::PLUGIN_SIGNATURE).cloned(),
-        shadow: cm.labels().get(label::PLUGIN_MODE).map(String::as_str)
-            == Some(label::PLUGIN_MODE_SHADOW),
+        mode,
     })
 }
 
@@ -181,7 +193,7 @@ async fn apply(
             tokio::task::spawn_blocking(move || {
                 registry
                     .apply(&source)
-                    .map(|l| (source.kind, l.digest.clone(), source.shadow))
+                    .map(|l| (source.kind, l.digest.clone(), source.mode))
             })
             .await
             .unwrap_or_else(|e| Err(PluginError::Engine(format!("plugin load task failed: {e}"))))
@@ -189,7 +201,7 @@ async fn apply(
         Err(e) => Err(e),
     };
     let (type_, reason, note) = match &outcome {
-        Ok((kind, digest, true)) => {
+        Ok((kind, digest, Mode::Shadow)) => {
             seen.insert(name.clone(), (*kind, version));
             (
                 EventType::Normal,
@@ -200,7 +212,18 @@ async fn apply(
                 ),
             )
         }
-        Ok((kind, digest, false)) => {
+        Ok((kind, digest, Mode::NodePool)) => {
+            seen.insert(name.clone(), (*kind, version));
+            (
+                EventType::Normal,
+                "PluginLoaded",
+                format!(
+                    "{kind} plugin {name} is loaded for the NodePools whose annotation {} names it (sha256 {digest})",
+                    kind.nodepool_annotation()
+                ),
+            )
+        }
+        Ok((kind, digest, Mode::Default)) => {
             seen.insert(name.clone(), (*kind, version));
             (
                 EventType::Normal,

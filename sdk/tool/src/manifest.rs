@@ -43,10 +43,19 @@ pub struct ConfigMapArgs {
     /// The signing key's id in the controller's trust.json.
     #[arg(long, requires = "sign_key")]
     pub key_id: Option<String>,
-    /// Runs beside the serving plugin of its world without acting; its divergences are
-    /// counted. Promote it by removing the label `karpenter.kakaocloud.com/plugin-mode`.
-    #[arg(long)]
-    pub shadow: bool,
+    /// What it serves: its world's default, a `shadow` beside what serves (never acting; its
+    /// divergences counted; promote it by removing the label
+    /// `karpenter.kakaocloud.com/plugin-mode`), or only the NodePools that name it
+    /// (`nodepool`).
+    #[arg(long, value_enum, default_value = "default")]
+    pub mode: Mode,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Default,
+    Shadow,
+    Nodepool,
 }
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
@@ -101,11 +110,13 @@ pub fn configmap(args: &ConfigMapArgs) -> Result<ConfigMap> {
     }
     let compressed = gzip(&component)?;
     let mut labels = BTreeMap::from([(label::PLUGIN_WORLD.to_owned(), world.to_owned())]);
-    if args.shadow {
-        labels.insert(
-            label::PLUGIN_MODE.to_owned(),
-            label::PLUGIN_MODE_SHADOW.to_owned(),
-        );
+    let mode = match args.mode {
+        Mode::Default => None,
+        Mode::Shadow => Some(label::PLUGIN_MODE_SHADOW),
+        Mode::Nodepool => Some(label::PLUGIN_MODE_NODEPOOL),
+    };
+    if let Some(mode) = mode {
+        labels.insert(label::PLUGIN_MODE.to_owned(), mode.to_owned());
     }
     let encoded = compressed.len().div_ceil(3) * 4;
     if encoded > CONFIGMAP_MAX_BYTES {

@@ -178,7 +178,7 @@ fn a_compile_bomb_and_a_gzip_bomb_are_refused_before_the_compiler_runs() {
         digest: "0".repeat(64),
         config: "{}".into(),
         signature: None,
-        shadow: false,
+        mode: kk_plugin_runtime::Mode::Default,
     };
     let err = reg.apply(&source).expect_err("refused").to_string();
     assert!(err.contains("larger than"), "{err}");

@@ -14,7 +14,7 @@ use kk_engine::userdata::parse_registration;
 use kk_engine::userdata::{UserdataInput, UserdataRenderer};
 use kk_plugin_runtime::engine::sha256_hex;
 use kk_plugin_runtime::{
-    Bounds, Kind, PluginRanker, PluginRenderer, PluginScorer, Registry, Runtime, Source,
+    Bounds, Kind, Mode, PluginRanker, PluginRenderer, PluginScorer, Registry, Runtime, Source,
 };
 
 fn component(name: &str) -> Vec<u8> {
@@ -606,7 +606,7 @@ fn a_shadow_selector_answers_every_decision_never_acts_and_its_divergence_is_cou
         Kind::Selector,
         r#"{"denyFamilies": ["c2a"]}"#,
     );
-    team.shadow = true;
+    team.mode = Mode::Shadow;
     reg.apply(&team).unwrap();
     assert!(reg.active(Kind::Selector).is_none());
     assert!(reg.shadow(Kind::Selector).is_some());
@@ -638,7 +638,7 @@ fn a_shadow_selector_answers_every_decision_never_acts_and_its_divergence_is_cou
         Kind::Selector,
         r#"{"mode": "trap-on-one"}"#,
     );
-    hostile.shadow = true;
+    hostile.mode = Mode::Shadow;
     reg.apply(&hostile).unwrap();
     let one = rank_subset(&ranker, &types, [1], small()).unwrap();
     assert_eq!(one, ["c2a.large"]);
@@ -646,15 +646,94 @@ fn a_shadow_selector_answers_every_decision_never_acts_and_its_divergence_is_cou
     assert_eq!(stats.diverged.get("error"), Some(&1), "{stats:?}");
 
     // Promoted (the same ConfigMap without the shadow label): it serves from the next decision.
-    team.shadow = false;
+    team.mode = Mode::Default;
     reg.apply(&team).unwrap();
     assert_eq!(reg.active(Kind::Selector).unwrap().name, "team");
     assert_eq!(reg.shadow(Kind::Selector).unwrap().name, "hostile");
     let order = rank_names(&ranker, &types, small()).unwrap();
     assert_eq!(order[0], "m2a.large", "{order:?}");
     // Demoted again: the native default serves, it shadows.
-    team.shadow = true;
+    team.mode = Mode::Shadow;
     reg.apply(&team).unwrap();
     assert!(reg.active(Kind::Selector).is_none());
     assert_eq!(reg.shadow(Kind::Selector).unwrap().name, "team");
+}
+
+#[test]
+fn a_nodepool_route_picks_its_named_plugin_per_world_and_scoring_splits_by_nodepool() {
+    let metrics = Arc::new(kk_plugin_runtime::metrics::PluginMetrics::default());
+    let reg = Registry::new(
+        Runtime::new(Bounds::default(), None).unwrap(),
+        Some(metrics.clone()),
+    );
+    let mut team = source("team-scorer", "consolidation-scorer", Kind::Scorer, "{}");
+    team.mode = Mode::NodePool;
+    reg.apply(&team).unwrap();
+    assert!(
+        reg.active(Kind::Scorer).is_none(),
+        "not the world's default"
+    );
+    assert!(reg.serving(Kind::Scorer, "team").is_none(), "no route yet");
+    reg.set_routes(
+        [
+            ((Kind::Scorer, "team".to_owned()), "team-scorer".to_owned()),
+            ((Kind::Selector, "team".to_owned()), "missing".to_owned()),
+        ]
+        .into(),
+    );
+    assert_eq!(
+        reg.serving(Kind::Scorer, "team").unwrap().name,
+        "team-scorer"
+    );
+    assert!(reg.serving(Kind::Scorer, "other").is_none());
+    assert!(
+        reg.serving(Kind::Selector, "team").is_none(),
+        "a missing plugin falls back to the default"
+    );
+
+    let candidate = |name: &str, pool: &str| ScoreCandidate {
+        node_name: name.into(),
+        instance_type: "m2a.large".into(),
+        node_pool: pool.into(),
+        zone: "kr-central-2-a".into(),
+        capacity_type: "on-demand".into(),
+        price_micros: 100_000,
+        cpu_utilisation_permille: 100,
+        memory_utilisation_permille: 100,
+        age_seconds: 7200,
+        pod_count: 1,
+        disruption_cost: 1.0,
+        pods_fit_elsewhere: true,
+        replacement_price_micros: None,
+        reason: Reason::Underutilized,
+    };
+    let scorer = PluginScorer {
+        registry: reg.clone(),
+    };
+    let scores = scorer
+        .score(&[
+            candidate("a", "other"),
+            candidate("b", "team"),
+            candidate("c", "other"),
+            candidate("d", "team"),
+        ])
+        .unwrap();
+    assert_eq!(scores.len(), 4);
+    assert!(
+        scores.iter().all(|s| s.is_finite() && *s > 0.0),
+        "{scores:?}"
+    );
+    let mut text = String::new();
+    let mut prom = prometheus_client::registry::Registry::default();
+    metrics.register(&mut prom);
+    prometheus_client::encoding::text::encode(&mut text, &prom).unwrap();
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("kakaocloud_plugin_calls_total{"))
+        .collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    assert!(
+        calls[0].contains("plugin=\"team-scorer\"") && calls[0].ends_with(" 1"),
+        "one call, for the team's two nodes: {calls:?}"
+    );
 }

@@ -178,7 +178,8 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
             "team-selector",
             "--namespace",
             &plugins_ns,
-            "--shadow",
+            "--mode",
+            "shadow",
             "--config",
         ])
         .arg(&config));
@@ -277,4 +278,120 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
     watch.abort();
     report.abort();
     server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodepool_uses_the_selector_it_names_and_one_naming_a_missing_plugin_falls_back_with_an_event()
+ {
+    let registry = Registry::new(Runtime::new(Bounds::default(), None).unwrap(), None);
+    let env = Env::start(Options {
+        plugins: Some(registry.clone()),
+        ..Options::default()
+    })
+    .await;
+    let plugins_ns = env.cp.fresh_namespace("plugins").await.unwrap();
+    let (synced, mut listed) = tokio::sync::watch::channel(false);
+    let watch = tokio::spawn(watcher::run(
+        env.kube.clone(),
+        plugins_ns.clone(),
+        registry.clone(),
+        None,
+        synced,
+    ));
+    listed.wait_for(|done| *done).await.unwrap();
+    env.apply_guide().await;
+    let ns = env.cp.fresh_namespace("pools").await.unwrap();
+    let small = json!({"requests": {"cpu": "500m", "memory": "512Mi"}});
+    env.apply_in(
+        &ns,
+        &deployment("on-default", 1, "karpenter", small.clone(), json!({})),
+    );
+    let first = new_claim(&env, &BTreeSet::new()).await;
+    let native = family(&first);
+
+    // The repository's selector, loaded only for the NodePools that name it, denying the
+    // family the default picks.
+    let scratch = tempfile::tempdir().unwrap();
+    let config = scratch.path().join("config.json");
+    std::fs::write(&config, json!({"denyFamilies": [native]}).to_string()).unwrap();
+    let component = kk_demo::plugin_component("instance-selector").unwrap();
+    let manifest = ok(Command::new(kk_plugin())
+        .arg("configmap")
+        .arg(&component)
+        .args([
+            "--name",
+            "team-selector",
+            "--namespace",
+            &plugins_ns,
+            "--mode",
+            "nodepool",
+            "--config",
+        ])
+        .arg(&config));
+    env.apply_in(&plugins_ns, &manifest);
+    eventually("the team selector loaded by name", || async {
+        registry.named(Kind::Selector, "team-selector").map(|_| ())
+    })
+    .await;
+    assert!(
+        registry.active(Kind::Selector).is_none(),
+        "a nodepool-mode plugin is not its world's default"
+    );
+
+    let annotated = |name: &str, selector: &str| {
+        let mut pool: serde_json::Value =
+            serde_json::from_str(&crate::support::nodepool(name, json!({}), None)).unwrap();
+        pool["metadata"]["annotations"] =
+            json!({ kk_apis::names::annotation::NODEPOOL_INSTANCE_SELECTOR: selector });
+        pool.to_string()
+    };
+    env.kubectl_apply(&annotated("team", "team-selector"));
+    env.kubectl_apply(&annotated("lost", "no-such-selector"));
+    eventually("the NodePools routed", || async {
+        registry
+            .serving(Kind::Selector, "team")
+            .filter(|p| p.name == "team-selector")
+            .map(|_| ())
+    })
+    .await;
+
+    let before = claim_names(&env).await;
+    env.apply_in(
+        &ns,
+        &deployment("on-team", 1, "team", small.clone(), json!({})),
+    );
+    let team = new_claim(&env, &before).await;
+    assert_eq!(
+        team.metadata.labels.as_ref().unwrap()[label::NODEPOOL],
+        "team"
+    );
+    assert_ne!(
+        family(&team),
+        native,
+        "the team NodePool's own selector decides"
+    );
+
+    // Naming a plugin that is not loaded: an Event on the NodePool, the default serves it.
+    let note = eventually("a PluginNotLoaded Event on NodePool lost", || async {
+        env.events("PluginNotLoaded")
+            .await
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("lost"))
+            .find_map(|e| e.note)
+    })
+    .await;
+    assert!(note.contains("no-such-selector"), "{note}");
+    let before = claim_names(&env).await;
+    env.apply_in(
+        &ns,
+        &deployment("on-lost", 1, "lost", small.clone(), json!({})),
+    );
+    let lost = new_claim(&env, &before).await;
+    assert_eq!(
+        family(&lost),
+        native,
+        "the default serves a NodePool naming a missing plugin"
+    );
+
+    watch.abort();
 }

@@ -37,6 +37,9 @@ pub struct Options {
     pub sim: SimConfig,
     pub ranker: Option<Arc<dyn InstanceRanker>>,
     pub renderer: Option<Arc<dyn UserdataRenderer>>,
+    /// Every seam served through this plugin registry (NodePool routes included), as the
+    /// controller process does.
+    pub plugins: Option<Arc<kk_plugin_runtime::Registry>>,
     /// Register Nodes for booted instances (off to test registration timeouts).
     pub kubelets: bool,
 }
@@ -55,6 +58,7 @@ impl Default for Options {
             sim: SimConfig::default(),
             ranker: None,
             renderer: None,
+            plugins: None,
             kubelets: true,
         }
     }
@@ -73,6 +77,7 @@ pub struct Env {
     pub operator: Option<Operator>,
     ranker: Option<Arc<dyn InstanceRanker>>,
     renderer: Option<Arc<dyn UserdataRenderer>>,
+    plugins: Option<Arc<kk_plugin_runtime::Registry>>,
 }
 
 impl Env {
@@ -125,6 +130,7 @@ impl Env {
             operator: None,
             ranker: options.ranker,
             renderer: options.renderer,
+            plugins: options.plugins,
         };
         env.start_operator().await;
         env
@@ -133,7 +139,10 @@ impl Env {
     /// Starts (or restarts) the controllers, as a new process would.
     pub async fn start_operator(&mut self) {
         self.stop_operator();
-        let mut plugins = Plugins::default();
+        let mut plugins = match &self.plugins {
+            Some(registry) => Plugins::from_registry(registry.clone()),
+            None => Plugins::default(),
+        };
         if let Some(r) = &self.ranker {
             plugins.ranker = r.clone();
         }
