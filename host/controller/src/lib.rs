@@ -6,6 +6,7 @@
 pub mod config;
 pub mod disruption;
 pub mod events;
+pub mod explain;
 pub mod gc;
 pub mod keyring;
 pub mod lifecycle;

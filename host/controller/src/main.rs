@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use karpenter_kakaocloud::explain::Explain;
 use karpenter_kakaocloud::keyring;
 use karpenter_kakaocloud::metrics::Metrics;
 use karpenter_kakaocloud::operator::{self, Operator, Plugins};
@@ -220,10 +221,12 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             .unwrap_or_else(|| "disabled".into()),
     )];
     let plugins = plugin_registry(plugin_cache_dir, &metrics)?;
+    let explain = Explain::default();
     let health = health::serve(health_port, health::health_router(ready.clone()), "health").await?;
     let metrics_addr = health::serve(
         settings.metrics_port,
-        health::metrics_router(Arc::new(registry)).merge(views::router(plugins.clone())),
+        health::metrics_router(Arc::new(registry))
+            .merge(views::router(plugins.clone(), explain.clone())),
         "metrics",
     )
     .await?;
@@ -279,6 +282,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
             join.clone(),
             Plugins::from_registry(plugins.clone()),
             metrics.clone(),
+            explain.clone(),
         )
     };
 

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use crate::config::Settings;
 use crate::disruption::{self, Disrupter};
 use crate::events::Events;
+use crate::explain::Explain;
 use crate::gc::Collector;
 use crate::lifecycle::bootstrap::ca_cert_hash;
 use crate::lifecycle::{JoinInfo, Lifecycle};
@@ -75,6 +76,7 @@ pub struct Operator {
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
     supervisor: Supervisor,
+    explain: Explain,
 }
 
 impl std::fmt::Debug for Operator {
@@ -133,6 +135,8 @@ pub async fn resolve_join_info(
 
 impl Operator {
     /// Starts every controller. `keyring` signs ownership tags; `join` says where nodes join.
+    // Each argument is a dependency the process owns and shares beyond the operator.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         kube: kube::Client,
         cloud: kakaocloud::Client,
@@ -141,6 +145,7 @@ impl Operator {
         join: JoinInfo,
         plugins: Plugins,
         metrics: Arc<Metrics>,
+        explain: Explain,
     ) -> anyhow::Result<Operator> {
         let (changes_tx, mut changes_rx) = mpsc::unbounded_channel::<Change>();
         let (state, feeds) = ClusterState::start(&kube, changes_tx);
@@ -167,7 +172,9 @@ impl Operator {
             settings.clone(),
             metrics.clone(),
             recorder.clone(),
+            explain.clone(),
         ));
+        explain.attach(state.clone(), catalog.clone());
         let classes = nodeclass::Context::new(
             kube.clone(),
             cloud.clone(),
@@ -270,6 +277,7 @@ impl Operator {
             lifecycle,
             metrics,
             supervisor,
+            explain,
         })
     }
 
@@ -280,6 +288,7 @@ impl Operator {
 
     /// Stops every controller and watch started by [`Operator::start`].
     pub fn stop(&self) {
+        self.explain.detach();
         self.supervisor.abort_all();
         self.state.stop();
     }

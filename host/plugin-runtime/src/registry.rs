@@ -18,6 +18,7 @@ use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
 use crate::metrics::{PluginLabels, PluginMetrics, PluginRejection, PluginWorld};
+use crate::replay::DecisionLog;
 use crate::shadow::{Decision, Shadows};
 use crate::trust::TrustRoot;
 use kk_apis::names::label;
@@ -126,6 +127,8 @@ pub struct Registry {
     /// The shadow plugin per role, asked beside the serving one.
     shadow_slots: [RwLock<Option<Arc<Loaded>>>; 3],
     pub shadows: Shadows,
+    /// The latest selector decisions, to replay a candidate plugin on (`kk-plugin what-if`).
+    pub decisions: DecisionLog,
     /// Every loaded plugin a NodePool may name (default and `nodepool` mode), by world and name.
     named: RwLock<HashMap<(Kind, String), Arc<Loaded>>>,
     /// The plugin each NodePool names, by world and NodePool (set by the NodePool controller).
@@ -156,6 +159,7 @@ impl Registry {
             slots: Default::default(),
             shadow_slots: Default::default(),
             shadows: Shadows::new(metrics.clone()),
+            decisions: DecisionLog::default(),
             named: Default::default(),
             routes: Default::default(),
             metrics,
@@ -554,17 +558,36 @@ impl InstanceRanker for PluginRanker {
         "plugin:instance-selector"
     }
 
+    fn serving(&self, node_pool: &str) -> String {
+        match self.registry.serving(Kind::Selector, node_pool) {
+            Some(p) => format!(
+                "plugin {} (sha256 {})",
+                p.name,
+                &p.digest[..12.min(p.digest.len())]
+            ),
+            None => CheapestFitRanker.name().to_owned(),
+        }
+    }
+
     fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
         let answer = self.serve(request);
-        if let (Ok(chosen), Some(shadow)) = (&answer, self.registry.shadow(Kind::Selector)) {
-            self.registry.shadows.offer(
-                shadow,
-                Decision::Rank {
-                    catalog: self.registry.selector_catalog(&request.catalog),
-                    input: convert::rank_input(request),
-                    chosen: chosen.clone(),
-                },
-            );
+        if let Ok(chosen) = &answer {
+            let catalog = self.registry.selector_catalog(&request.catalog);
+            let input = convert::rank_input(request);
+            if let Some(shadow) = self.registry.shadow(Kind::Selector) {
+                self.registry.shadows.offer(
+                    shadow,
+                    Decision::Rank {
+                        catalog: catalog.clone(),
+                        input: input.clone(),
+                        chosen: chosen.clone(),
+                    },
+                );
+            }
+            let serving = self.serving(request.node_pool);
+            self.registry
+                .decisions
+                .record(catalog, request.node_pool, serving, input, chosen);
         }
         answer
     }

@@ -168,6 +168,109 @@ pub fn answer(loaded: &Loaded, call: &Call) -> Result<Value, PluginError> {
     }
 }
 
+/// Candidate `i`'s instance type in `catalog`.
+pub fn flavor<'a>(
+    catalog: &'a [t::InstanceType],
+    input: &t::RankInput,
+    i: usize,
+) -> Option<&'a t::InstanceType> {
+    catalog.get(*input.candidates.get(i)? as usize)
+}
+
+/// The cheapest offering candidate `i` may launch as, per hour (KRW micros).
+pub fn cheapest(catalog: &[t::InstanceType], input: &t::RankInput, i: usize) -> Option<u64> {
+    let available = *input.available_offerings.get(i)?;
+    flavor(catalog, input, i)?
+        .offerings
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k < 64 && available & (1 << k) != 0)
+        .map(|(_, o)| o.price_micros)
+        .min()
+}
+
+/// Selector decisions kept for replay.
+pub const DECISIONS: usize = 100;
+
+/// One instance-selector decision as it was made.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub node_pool: String,
+    /// What ranked it (a plugin and its digest, or the native ranker).
+    pub serving: String,
+    /// Indices into `input.candidates`, best first, as served.
+    pub chosen: Vec<u32>,
+    /// The catalog it ranked against: a key of [`Decisions::catalogs`].
+    pub catalog: String,
+    pub input: t::RankInput,
+}
+
+/// The latest decisions, each catalog once.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Decisions {
+    pub catalogs: std::collections::BTreeMap<String, Vec<t::InstanceType>>,
+    pub decisions: Vec<Recorded>,
+}
+
+impl Decisions {
+    /// The call `r` was, to replay on another plugin.
+    pub fn call(&self, r: &Recorded) -> Option<Call> {
+        Some(Call::Rank {
+            catalog: self.catalogs.get(&r.catalog)?.clone(),
+            input: r.input.clone(),
+        })
+    }
+}
+
+/// The latest [`DECISIONS`] selector decisions (catalogs shared, not copied).
+#[derive(Default)]
+pub struct DecisionLog {
+    ring: std::sync::Mutex<std::collections::VecDeque<(Arc<SelectorCatalog>, Recorded)>>,
+}
+
+impl DecisionLog {
+    pub fn record(
+        &self,
+        catalog: Arc<SelectorCatalog>,
+        node_pool: &str,
+        serving: String,
+        input: t::RankInput,
+        chosen: &[usize],
+    ) {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let recorded = Recorded {
+            at,
+            node_pool: node_pool.to_owned(),
+            serving,
+            chosen: chosen.iter().map(|&i| i as u32).collect(),
+            catalog: format!("{:016x}", catalog.fingerprint),
+            input,
+        };
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.len() == DECISIONS {
+            ring.pop_front();
+        }
+        ring.push_back((catalog, recorded));
+    }
+
+    pub fn export(&self) -> Decisions {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Decisions::default();
+        for (catalog, recorded) in ring.iter() {
+            out.catalogs
+                .entry(recorded.catalog.clone())
+                .or_insert_with(|| catalog.types.clone());
+            out.decisions.push(recorded.clone());
+        }
+        out
+    }
+}
+
 /// Which catalog a warm selector instance holds: a digest of its records.
 fn fingerprint(catalog: &[t::InstanceType]) -> u64 {
     let bytes = serde_json::to_vec(catalog).unwrap_or_default();

@@ -21,6 +21,7 @@ use super::bindings::types as t;
 use super::convert::SelectorCatalog;
 use super::engine::{Loaded, sha256_hex};
 use super::metrics::{PluginMetrics, ShadowDivergence, ShadowLabels};
+use super::replay::{cheapest, flavor};
 use kk_engine::disruption::scorer as native_scorer;
 use kk_engine::scheduling::ranker;
 
@@ -286,9 +287,10 @@ pub fn compare(shadow: &Loaded, decision: &Decision) -> Option<Divergence> {
                 _ if *chosen != order => "ranking",
                 _ => return None,
             };
-            let name = |i: &usize| flavor(catalog, input, *i).map_or("-", |f| f.name.as_str());
+            let name =
+                |i: &usize| flavor(&catalog.types, input, *i).map_or("-", |f| f.name.as_str());
             let first = |o: &[usize]| o.iter().take(3).map(name).collect::<Vec<_>>().join(",");
-            let price = |o: &[usize]| o.first().and_then(|&i| cheapest(catalog, input, i));
+            let price = |o: &[usize]| o.first().and_then(|&i| cheapest(&catalog.types, input, i));
             Some(Divergence {
                 kind,
                 at: now(),
@@ -347,27 +349,6 @@ pub fn compare(shadow: &Loaded, decision: &Decision) -> Option<Divergence> {
             })
         }
     }
-}
-
-/// Candidate `i`'s instance type.
-fn flavor<'a>(
-    catalog: &'a SelectorCatalog,
-    input: &t::RankInput,
-    i: usize,
-) -> Option<&'a t::InstanceType> {
-    catalog.types.get(*input.candidates.get(i)? as usize)
-}
-
-/// The cheapest offering candidate `i` may launch as, per hour.
-fn cheapest(catalog: &SelectorCatalog, input: &t::RankInput, i: usize) -> Option<u64> {
-    let available = *input.available_offerings.get(i)?;
-    flavor(catalog, input, i)?
-        .offerings
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| *k < 64 && available & (1 << k) != 0)
-        .map(|(_, o)| o.price_micros)
-        .min()
 }
 
 /// Candidates in the order consolidation removes them: positive scores, highest first.

@@ -34,7 +34,7 @@ pub struct Test {
 }
 
 /// The component compiled by a runtime with the controller's default bounds.
-fn load(path: &Path) -> Result<Candidate> {
+pub fn load(path: &Path) -> Result<Candidate> {
     let runtime: Arc<Runtime> = Runtime::new(Bounds::default(), None)?;
     let name = path
         .file_stem()

@@ -4,8 +4,10 @@
 //! * [`scaffold`]: `new`, a standalone plugin crate whose native test already passes;
 //! * [`build`]: `build`, the crate to a component (and `componentize`, `world`);
 //! * [`calls`]: `run` and `test`, calls under the controller's exact bounds and checks;
-//! * [`manifest`]: `configmap`, `apply` and `keygen`, the plugin's ConfigMap, optionally signed.
+//! * [`manifest`]: `configmap`, `apply` and `keygen`, the plugin's ConfigMap, optionally signed;
+//! * [`ask`]: `explain` and `what-if`, questions to a running controller.
 
+mod ask;
 mod build;
 mod calls;
 mod manifest;
@@ -42,6 +44,10 @@ enum Command {
     Configmap(manifest::ConfigMapArgs),
     /// Applies the plugin's ConfigMap to the cluster of the current kubeconfig.
     Apply(manifest::ConfigMapArgs),
+    /// Asks a running controller why a pod got its node, or why a node is (not) disrupted.
+    Explain(ask::Explain),
+    /// Replays the controller's latest instance-selector decisions on a candidate component.
+    WhatIf(ask::WhatIf),
     /// Writes an ed25519 signing key and prints its trust.json entry.
     Keygen {
         /// Where the PKCS#8 key is written (mode 0600; never overwritten).
@@ -82,6 +88,8 @@ fn run() -> Result<()> {
         Command::Test(args) => calls::test(&args),
         Command::Configmap(args) => manifest::print(&args),
         Command::Apply(args) => manifest::apply(&args),
+        Command::Explain(args) => ask::explain(&args),
+        Command::WhatIf(args) => ask::what_if(&args),
         Command::Keygen { key, id } => manifest::keygen(&key, &id),
         Command::Componentize { core, out } => {
             println!("{}", build::componentize(&core, &out)?);

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Settings;
 use crate::events::Events;
+use crate::explain::{ClaimDecision, Explain};
 use crate::metrics::{ControllerLabel, Metrics, NodePoolReason, PodState};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use kk_apis::crd::{NodeClaim, NodePool};
@@ -104,9 +105,12 @@ pub struct Provisioner {
     settings: Settings,
     metrics: Arc<Metrics>,
     events: Events,
+    /// Each NodeClaim's decision and each unschedulable pod, for `/explain/pod`.
+    explain: Explain,
 }
 
 impl Provisioner {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
         state: ClusterState,
@@ -115,6 +119,7 @@ impl Provisioner {
         settings: Settings,
         metrics: Arc<Metrics>,
         recorder: Recorder,
+        explain: Explain,
     ) -> Self {
         Provisioner {
             client,
@@ -124,6 +129,7 @@ impl Provisioner {
             settings,
             metrics,
             events: Events::new(recorder, "Provision"),
+            explain,
         }
     }
 
@@ -367,7 +373,7 @@ impl Provisioner {
         let started = Instant::now();
         // The simulation (and the selector plugin it calls) is CPU-bound: off the async workers.
         let ranker = Arc::clone(&self.ranker);
-        let (result, pods) = tokio::task::spawn_blocking(move || {
+        let (result, pods, catalog) = tokio::task::spawn_blocking(move || {
             let problem = SchedulingProblem {
                 pods: &pods,
                 node_pools: &pool_inputs,
@@ -376,7 +382,7 @@ impl Provisioner {
                 daemonsets: &daemonsets,
             };
             let result = Scheduler::new(&*ranker, SchedulerOptions::default()).solve(&problem);
-            (result, pods)
+            (result, pods, catalog)
         })
         .await
         .map_err(|e| ProvisionError::Solve(e.to_string()))?;
@@ -460,6 +466,14 @@ impl Provisioner {
                     reason: "provisioned".into(),
                 })
                 .inc();
+            self.explain.record_claim(ClaimDecision::new(
+                &name,
+                &draft.node_pool,
+                draft.pods.iter().map(|&i| pod_key(&pods[i])).collect(),
+                self.ranker.serving(&draft.node_pool),
+                &draft.instance_types,
+                &catalog,
+            ));
             let claim_ref = created.object_ref(&());
             for &i in &draft.pods {
                 self.nominate(&pods[i], &name, Some(&claim_ref));
@@ -476,6 +490,8 @@ impl Provisioner {
         let mut limited: BTreeMap<String, usize> = BTreeMap::new();
         for u in &result.unschedulable {
             let pod = &pods[u.pod];
+            self.explain
+                .record_unschedulable(pod_key(pod), u.reason.clone());
             tracing::info!(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default(),
                 reason = %u.reason, "could not schedule pod");
             self.publish(
@@ -572,6 +588,11 @@ impl Provisioner {
     fn publish(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: &str) {
         self.events.publish(obj, type_, reason, note.to_owned());
     }
+}
+
+/// `namespace/name`.
+fn pod_key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
 fn summarize(types: &[String]) -> String {

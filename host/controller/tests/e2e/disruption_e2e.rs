@@ -854,3 +854,161 @@ async fn a_node_held_by_do_not_disrupt_still_receives_consolidated_pods() {
 async fn a_node_held_by_a_pdb_still_receives_consolidated_pods() {
     blocked_node_receives_pods("pdb").await;
 }
+
+/// `GET` a JSON view of the controller.
+async fn view(base: &str, path: &str) -> Option<serde_json::Value> {
+    reqwest::get(format!("{base}{path}"))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replays_decisions() {
+    let registry = kk_plugin_runtime::Registry::new(
+        kk_plugin_runtime::Runtime::new(kk_plugin_runtime::Bounds::default(), None).unwrap(),
+        None,
+    );
+    let env = Env::start(Options {
+        plugins: Some(registry.clone()),
+        ..Options::default()
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = karpenter_kakaocloud::views::router(registry.clone(), env.explain.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    env.apply_guide().await;
+    env.kubectl_apply(&pool("held", "0s", json!({}), json!({})));
+    env.kubectl_apply(&pool(
+        "frozen",
+        "0s",
+        json!({"budgets": [{"nodes": "0"}]}),
+        json!({}),
+    ));
+    let ns = env.cp.fresh_namespace("explain").await.unwrap();
+    env.apply_in(&ns, &deployment("held", 1, "held", small(), json!({})));
+    env.apply_in(
+        &ns,
+        &serde_json::to_string(&json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "held"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "held"}}}
+        }))
+        .unwrap(),
+    );
+    env.apply_in(&ns, &deployment("frozen", 1, "frozen", small(), json!({})));
+    let held_pod = env.wait_running(&ns, "held", 1).await.remove(0);
+    let held_node = env.node_of(&held_pod).await.metadata.name.unwrap();
+    let frozen_pod = env.wait_running(&ns, "frozen", 1).await.remove(0);
+    let frozen_node = env.node_of(&frozen_pod).await.metadata.name.unwrap();
+
+    // Why the pod runs there: the NodeClaim opened for it and the flavors ranked.
+    let pod_name = held_pod.metadata.name.clone().unwrap();
+    let pod = view(&base, &format!("/explain/pod/{ns}/{pod_name}"))
+        .await
+        .unwrap();
+    let summary = pod["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("runs on node {held_node}")),
+        "{pod}"
+    );
+    assert!(summary.contains("NodePool held opened NodeClaim"), "{pod}");
+    assert!(summary.contains("this one among them"), "{pod}");
+    let first = pod["decision"]["ranked"][0]["instanceType"]
+        .as_str()
+        .unwrap();
+    assert!(
+        pod["launched"].as_str().unwrap().starts_with(first),
+        "{pod}"
+    );
+
+    // The PDB keeps the held node, and the answer names the pod it protects.
+    let held = eventually("the held node explained", || async {
+        let v = view(&base, &format!("/explain/node/{held_node}")).await?;
+        v["verdict"]
+            .as_str()?
+            .contains("PodDisruptionBudget")
+            .then_some(v)
+    })
+    .await;
+    assert!(
+        held["verdict"].as_str().unwrap().contains(&pod_name),
+        "{held}"
+    );
+    assert_eq!(held["pods"][0]["pod"], format!("{ns}/{pod_name}"));
+
+    // Emptied, the frozen node stays because its NodePool's budget is 0, and the answer says so.
+    delete_deployment(&env, &ns, "frozen").await;
+    let frozen = eventually("the frozen node explained as budget-blocked", || async {
+        let v = view(&base, &format!("/explain/node/{frozen_node}")).await?;
+        v["verdict"]
+            .as_str()?
+            .contains("budget allows no Empty disruption")
+            .then_some(v)
+    })
+    .await;
+    assert!(
+        frozen["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["method"] == "budget" && m["outcome"].as_str().unwrap().contains("Empty 0")),
+        "{frozen}"
+    );
+    assert!(
+        env.nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(frozen_node.as_str()))
+    );
+    let missing = reqwest::get(format!("{base}/explain/node/no-such-node"))
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+
+    // The same through kk-plugin, for a person; and the decisions replayed on a selector
+    // that denies the family the default chose.
+    let tool = crate::support::kk_plugin_tool();
+    let out = std::process::Command::new(&tool)
+        .args(["explain", "node", &held_node, "--controller", &base])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("[keeps it] a PodDisruptionBudget forbids evicting pod"),
+        "{text}"
+    );
+    let family = first.split('.').next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, json!({"denyFamilies": [family]}).to_string()).unwrap();
+    let out = std::process::Command::new(&tool)
+        .arg("what-if")
+        .arg(kk_demo::plugin_component("instance-selector").unwrap())
+        .args(["--controller", &base, "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = text.lines().last().unwrap();
+    let replayed: usize = summary.split(' ').next().unwrap().parse().unwrap();
+    assert!(replayed >= 2, "{text}");
+    assert!(
+        summary.contains(&format!("{replayed} would choose another flavor first")),
+        "every recorded decision picked {family} first: {text}"
+    );
+    server.abort();
+}

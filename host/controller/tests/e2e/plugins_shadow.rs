@@ -145,7 +145,7 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
         listener.local_addr().unwrap(),
         karpenter_kakaocloud::views::SHADOW_PATH
     );
-    let router = karpenter_kakaocloud::views::router(registry.clone());
+    let router = karpenter_kakaocloud::views::router(registry.clone(), env.explain.clone());
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
 
     env.apply_guide().await;

@@ -75,6 +75,8 @@ pub struct Env {
     pub metrics: Arc<Metrics>,
     pub registry: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
     pub operator: Option<Operator>,
+    /// What `/explain` answers from (the e2e tests serve `views::router` on it).
+    pub explain: karpenter_kakaocloud::explain::Explain,
     ranker: Option<Arc<dyn InstanceRanker>>,
     renderer: Option<Arc<dyn UserdataRenderer>>,
     plugins: Option<Arc<kk_plugin_runtime::Registry>>,
@@ -128,6 +130,7 @@ impl Env {
             metrics,
             registry: Arc::new(std::sync::Mutex::new(registry)),
             operator: None,
+            explain: Default::default(),
             ranker: options.ranker,
             renderer: options.renderer,
             plugins: options.plugins,
@@ -157,6 +160,7 @@ impl Env {
             self.join.clone(),
             plugins,
             self.metrics.clone(),
+            self.explain.clone(),
         )
         .await
         .expect("operator starts");

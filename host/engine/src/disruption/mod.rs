@@ -10,6 +10,7 @@ pub mod budgets;
 pub mod build;
 pub mod cron;
 pub mod drift;
+pub mod explain;
 pub mod model;
 pub mod plan;
 pub mod scorer;
@@ -18,7 +19,7 @@ pub mod simulate;
 pub use model::{ClusterSnapshot, DriftReason, NodeState, PodState, PoolState, Reason};
 pub use plan::{Blocker, Command, Method, Plan, Replacement, plan, still_valid};
 pub use scorer::{ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError};
-pub use simulate::{Outcome, Simulator};
+pub use simulate::{Outcome, Placement, Simulator};
 
 #[cfg(test)]
 mod rules_tests;

@@ -466,3 +466,50 @@ fn a_budget_of_zero_names_its_pool() {
     s.pools[0].budgets.clear();
     assert!(plan(&s, &SavingsPerDisruption).budget_blocked.is_empty());
 }
+
+#[test]
+fn explain_says_what_keeps_a_node_and_where_its_pods_would_go() {
+    use crate::disruption::explain;
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.2xlarge", 8000, 400_000, &[500, 3600]),
+    ]);
+    // a's pod fits on b: a could go.
+    let a = explain::node(&s, "a").unwrap();
+    assert!(!a.methods.iter().any(|m| m.blocks), "{a:#?}");
+    assert!(a.verdict.contains("can be deleted"), "{a:#?}");
+    assert_eq!(a.pods.len(), 1);
+    assert_eq!(a.pods[0].pod, "default/a-p0");
+    assert_eq!(a.pods[0].destination, "node b");
+    // b: its 3600m pod fits on no remaining node, so onto one new, cheaper node.
+    let b = explain::node(&s, "b").unwrap();
+    assert_eq!(b.pods[0].destination, "node a");
+    assert!(
+        b.pods[1].destination.starts_with("a new m2a.xlarge node"),
+        "{b:#?}"
+    );
+    assert!(b.verdict.contains("cheaper node"), "{b:#?}");
+
+    // A PDB on a's pod keeps it, naming the pod.
+    s.nodes[0].pods[0].pdb_blocked = true;
+    let held = explain::node(&s, "a").unwrap();
+    assert!(
+        held.verdict.contains("PodDisruptionBudget") && held.verdict.contains("default/a-p0"),
+        "{held:#?}"
+    );
+    s.nodes[0].pods[0].pdb_blocked = false;
+
+    // A budget of zero keeps it, saying so.
+    s.pools[0].budgets = vec![Budget {
+        nodes: "0".into(),
+        schedule: None,
+        duration: None,
+        reasons: None,
+    }];
+    let frozen = explain::node(&s, "a").unwrap();
+    assert!(
+        frozen.verdict.contains("budget allows no Underutilized"),
+        "{frozen:#?}"
+    );
+    assert!(explain::node(&s, "nope").is_none());
+}

@@ -52,11 +52,27 @@ struct Class {
     kept_out_of: Vec<(String, String)>,
 }
 
-/// A pod to move: its requests and class.
+/// A pod to move: its requests and class, and which of its node's reschedulable pods it is.
 #[derive(Debug, Clone, Copy)]
 struct Mover {
     requests: Resources,
     class: u32,
+    pod: u32,
+}
+
+/// Where one pod of a removed node would go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// Onto this remaining node.
+    Node(String),
+    /// Onto one new node with the others left over: the cheapest fitting instance type, its
+    /// hourly price.
+    NewNode {
+        instance_type: String,
+        price_micros: u64,
+    },
+    /// Nowhere: neither a remaining node nor one new node holds it.
+    Nowhere,
 }
 
 /// The compiled snapshot.
@@ -280,9 +296,11 @@ impl<'a> Simulator<'a> {
         for node in &snapshot.nodes {
             let mut m: Vec<Mover> = node
                 .reschedulable_pods()
-                .map(|p| Mover {
+                .enumerate()
+                .map(|(k, p)| Mover {
                     requests: p.requests,
                     class: class_of(p, &mut index, &mut classes),
+                    pod: k as u32,
                 })
                 .collect();
             m.sort_by(bigger_first);
@@ -292,9 +310,11 @@ impl<'a> Simulator<'a> {
         let pending: Vec<Mover> = snapshot
             .pending_pods
             .iter()
-            .map(|p| Mover {
+            .enumerate()
+            .map(|(k, p)| Mover {
                 requests: p.requests,
                 class: class_of(p, &mut index, &mut classes),
+                pod: k as u32,
             })
             .collect();
         let labels: Vec<BTreeMap<String, String>> =
@@ -431,6 +451,53 @@ impl<'a> Simulator<'a> {
             .map(|&i| self.snapshot.nodes[i].daemon_requests())
             .fold(Resources::ZERO, |a, b| a.max(&b));
         (left, overhead)
+    }
+
+    /// Where each reschedulable pod of `node` would go if it were removed (`namespace/name`
+    /// and place), the way [`Simulator::simulate`] places them: first-fit decreasing onto the
+    /// remaining nodes, the rest onto one new node of the cheapest fitting type. Leaves the
+    /// state as it found it.
+    pub fn placements(&mut self, node: usize) -> Vec<(String, Placement)> {
+        let pods: Vec<&crate::disruption::PodState> =
+            self.snapshot.nodes[node].reschedulable_pods().collect();
+        self.excluded[node] = true;
+        let mut placed = Vec::new();
+        let mut left = Vec::new();
+        for m in self.movers[node].clone() {
+            match self.first_fit(&m) {
+                Some(i) => {
+                    self.undo.push((i, self.headroom[i]));
+                    self.headroom[i] = self.headroom[i].saturating_sub(&m.requests);
+                    placed.push((m.pod, Placement::Node(self.snapshot.nodes[i].name.clone())));
+                }
+                None => left.push(m),
+            }
+        }
+        for (i, h) in self.undo.drain(..).rev() {
+            self.headroom[i] = h;
+        }
+        self.excluded[node] = false;
+        let overhead = self.snapshot.nodes[node].daemon_requests();
+        let new_node = self
+            .fitting_options(&left, overhead, true)
+            .next()
+            .map(|(oi, price)| Placement::NewNode {
+                instance_type: self.snapshot.instance_types[self.options[oi].instance_type]
+                    .name
+                    .clone(),
+                price_micros: price,
+            });
+        for m in &left {
+            placed.push((m.pod, new_node.clone().unwrap_or(Placement::Nowhere)));
+        }
+        placed.sort_by_key(|(k, _)| *k);
+        placed
+            .into_iter()
+            .filter_map(|(k, place)| {
+                let p = pods.get(k as usize)?;
+                Some((format!("{}/{}", p.namespace, p.name), place))
+            })
+            .collect()
     }
 
     /// Simulates removing `nodes`: their reschedulable pods go first-fit decreasing onto the

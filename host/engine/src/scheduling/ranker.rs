@@ -144,6 +144,10 @@ pub enum RankError {
 pub trait InstanceRanker: Send + Sync {
     fn name(&self) -> &str;
     fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError>;
+    /// What ranks for `node_pool` now, for explanations (a plugin seam names the plugin).
+    fn serving(&self, _node_pool: &str) -> String {
+        self.name().to_owned()
+    }
 }
 
 /// Checks a ranker's answer: every index in range, none repeated.
