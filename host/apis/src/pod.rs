@@ -91,9 +91,9 @@ pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, Strin
 }
 
 /// A PodDisruptionBudget covering `pod` allows no disruption now.
-pub fn pdb_blocked(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> bool {
+pub fn pdb_blocked<'a>(pod: &Pod, pdbs: impl IntoIterator<Item = &'a PodDisruptionBudget>) -> bool {
     let ns = pod.namespace().unwrap_or_default();
-    pdbs.iter()
+    pdbs.into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .any(|p| {
             let allowed = p.status.as_ref().map_or(0, |s| s.disruptions_allowed);

@@ -17,6 +17,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::events::Events;
+use crate::explain::{ExplainError, NodeExplainer};
 use crate::metrics::{DecisionLabels, Metrics, NodePoolReason};
 use crate::provisioning::catalog::LiveCatalog;
 use kk_apis::crd::NodeClaim;
@@ -62,20 +63,44 @@ pub struct Disrupter {
     pub options: Options,
 }
 
+/// `/explain/node`: one node explained by the disruption rules, from a fresh snapshot.
+pub fn node_explainer(state: &ClusterState, catalog: &Arc<LiveCatalog>) -> NodeExplainer {
+    let (state, catalog) = (state.clone(), catalog.clone());
+    Arc::new(move |name: String| {
+        let (state, catalog) = (state.clone(), catalog.clone());
+        Box::pin(async move {
+            let types = catalog
+                .instance_types()
+                .await
+                .map_err(|e| ExplainError::Failed(format!("reading the instance types: {e}")))?;
+            // Building the snapshot and simulating are CPU-bound: off the async workers.
+            tokio::task::spawn_blocking(move || {
+                let snapshot = snapshot_of(&state, types, Timestamp::now());
+                kk_engine::disruption::explain::node(&snapshot, &name)
+                    .ok_or(ExplainError::NotFound(format!("node {name}")))
+            })
+            .await
+            .map_err(|e| ExplainError::Failed(e.to_string()))?
+        })
+    })
+}
+
 /// The planner's view of the shared cluster state: its stores, and provisioning's nominations.
 pub fn snapshot_of(
     state: &ClusterState,
     instance_types: Vec<InstanceType>,
     now: Timestamp,
 ) -> ClusterSnapshot {
-    let pdbs = owned(state.pdbs.state());
+    // The stores' objects are shared, not copied: a pass at tens of thousands of pods would
+    // otherwise clone every one of them.
+    let pdbs = state.pdbs.state();
     let nominated = state.nominated_targets();
     let held_owners = state.held_owners();
-    let pools = owned(state.nodepools.state());
-    let claims = owned(state.nodeclaims.state());
-    let nodes = owned(state.nodes.state());
-    let pods = owned(state.pods.state());
-    let classes = owned(state.nodeclasses.state());
+    let pools = state.nodepools.state();
+    let claims = state.nodeclaims.state();
+    let nodes = state.nodes.state();
+    let pods = state.pods.state();
+    let classes = state.nodeclasses.state();
     build::snapshot(Objects {
         now,
         pools: &pools,
@@ -459,10 +484,6 @@ impl Disrupter {
 }
 
 /// The reflector store's objects, owned (the builder borrows plain slices).
-fn owned<K: Clone>(items: Vec<Arc<K>>) -> Vec<K> {
-    items.into_iter().map(|a| (*a).clone()).collect()
-}
-
 /// API writes of one command in flight at once.
 const WRITES_IN_FLIGHT: usize = 16;
 

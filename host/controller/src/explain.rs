@@ -5,23 +5,27 @@
 //!   them) and each pod it could not schedule, bounded to the latest [`CLAIMS`] and [`PODS`];
 //! * why a node is or is not disrupted: computed on request from a fresh snapshot of the shared
 //!   cluster state by the disruption rules themselves (`kk_engine::disruption::explain`), so
-//!   the answer is the pass's, never a separate model.
+//!   the answer is the pass's, never a separate model. The operator hands in that computation
+//!   ([`NodeExplainer`]), so this module depends on neither provisioning nor disruption.
 //!
 //! Only the leader runs the controllers: on a standby the explanations are unavailable.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
+use futures::future::BoxFuture;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::disruption::snapshot_of;
-use crate::provisioning::catalog::LiveCatalog;
 use crate::state::ClusterState;
 use kk_apis::names::label;
-use kk_engine::disruption::explain::{self as rules, NodeExplanation};
+use kk_engine::disruption::explain::NodeExplanation;
 use kk_engine::scheduling::instance_types::InstanceType;
+
+/// Explains one node by name, from the running controllers' state.
+pub type NodeExplainer =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<NodeExplanation, ExplainError>> + Send + Sync>;
 
 /// NodeClaim decisions kept.
 pub const CLAIMS: usize = 2000;
@@ -121,7 +125,7 @@ pub enum ExplainError {
 
 struct Sources {
     state: ClusterState,
-    catalog: Arc<LiveCatalog>,
+    nodes: NodeExplainer,
 }
 
 #[derive(Default)]
@@ -138,9 +142,8 @@ pub struct Explain(Arc<Inner>);
 
 impl Explain {
     /// The running controllers' state to explain from (the operator calls this at start).
-    pub fn attach(&self, state: ClusterState, catalog: Arc<LiveCatalog>) {
-        *self.0.sources.write().unwrap_or_else(|p| p.into_inner()) =
-            Some(Sources { state, catalog });
+    pub fn attach(&self, state: ClusterState, nodes: NodeExplainer) {
+        *self.0.sources.write().unwrap_or_else(|p| p.into_inner()) = Some(Sources { state, nodes });
     }
 
     /// The controllers stopped (leadership lost).
@@ -187,10 +190,10 @@ impl Explain {
         claims.iter().rev().find(|c| c.node_claim == name).cloned()
     }
 
-    fn state(&self) -> Result<(ClusterState, Arc<LiveCatalog>), ExplainError> {
+    fn state(&self) -> Result<(ClusterState, NodeExplainer), ExplainError> {
         let sources = self.0.sources.read().unwrap_or_else(|p| p.into_inner());
         let s = sources.as_ref().ok_or(ExplainError::NotLeading)?;
-        Ok((s.state.clone(), s.catalog.clone()))
+        Ok((s.state.clone(), s.nodes.clone()))
     }
 
     /// Why pod `namespace/name` runs where it runs, or is still pending.
@@ -298,18 +301,7 @@ impl Explain {
 
     /// Why node `name` is or is not disrupted, from a fresh snapshot.
     pub async fn node(&self, name: &str) -> Result<NodeExplanation, ExplainError> {
-        let (state, catalog) = self.state()?;
-        let types = catalog
-            .instance_types()
-            .await
-            .map_err(|e| ExplainError::Failed(format!("reading the instance types: {e}")))?;
-        let name = name.to_owned();
-        // Building the snapshot and simulating are CPU-bound: off the async workers.
-        tokio::task::spawn_blocking(move || {
-            let snapshot = snapshot_of(&state, types, Timestamp::now());
-            rules::node(&snapshot, &name).ok_or(ExplainError::NotFound(format!("node {name}")))
-        })
-        .await
-        .map_err(|e| ExplainError::Failed(e.to_string()))?
+        let (_, nodes) = self.state()?;
+        nodes(name.to_owned()).await
     }
 }

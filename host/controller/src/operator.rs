@@ -174,7 +174,7 @@ impl Operator {
             recorder.clone(),
             explain.clone(),
         ));
-        explain.attach(state.clone(), catalog.clone());
+        explain.attach(state.clone(), disruption::node_explainer(&state, &catalog));
         let classes = nodeclass::Context::new(
             kube.clone(),
             cloud.clone(),

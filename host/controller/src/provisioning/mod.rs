@@ -305,14 +305,15 @@ impl Provisioner {
             })
             .collect();
 
-        let mut bound: HashMap<String, Vec<Pod>> = HashMap::new();
+        // Shared with the watch cache: a pass at tens of thousands of pods copies none.
+        let mut bound: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
         for p in &all_pods {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             if matches!(phase, Some("Succeeded" | "Failed")) {
                 continue;
             }
             if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                bound.entry(node).or_default().push((**p).clone());
+                bound.entry(node).or_default().push(p.clone());
             }
         }
         let claim_by_node: HashMap<String, &Arc<NodeClaim>> = claims

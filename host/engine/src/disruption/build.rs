@@ -3,6 +3,7 @@
 
 use kk_apis::names::{annotation, label, taint};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm};
@@ -22,12 +23,12 @@ use kk_apis::pod::{
 /// Everything a snapshot is built from (the reflector stores' contents and a PDB list).
 pub struct Objects<'a> {
     pub now: Timestamp,
-    pub pools: &'a [NodePool],
-    pub claims: &'a [NodeClaim],
-    pub nodes: &'a [Node],
-    pub pods: &'a [Pod],
-    pub classes: &'a [KCNodeClass],
-    pub pdbs: &'a [PodDisruptionBudget],
+    pub pools: &'a [Arc<NodePool>],
+    pub claims: &'a [Arc<NodeClaim>],
+    pub nodes: &'a [Arc<Node>],
+    pub pods: &'a [Arc<Pod>],
+    pub classes: &'a [Arc<KCNodeClass>],
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
     /// Nodes and NodeClaims provisioning just placed pending pods on (hands off).
     pub nominated: &'a HashSet<String>,
     /// Controllers whose pods a reverted consolidation moved (see [`PodState::consolidation_held`]).
@@ -48,7 +49,7 @@ fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
     state.mirror = is_mirror_pod(pod);
     state.terminating = pod.metadata.deletion_timestamp.is_some() || is_terminal(pod);
     state.do_not_disrupt = do_not_disrupt(pod);
-    state.pdb_blocked = pdb_blocked(pod, pdbs);
+    state.pdb_blocked = pdb_blocked(pod, pdbs.iter().map(Arc::as_ref));
     state.priority = spec.priority.unwrap_or(0);
     state.owner = pod
         .owner_references()
@@ -89,7 +90,7 @@ fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
     state
 }
 
-fn pool_state(pool: &NodePool, classes: &[KCNodeClass]) -> PoolState {
+fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
     let mut state = PoolState::new(pool.name_any());
     let d = &pool.spec.disruption;
     state.weight = pool.spec.weight.unwrap_or(0);
@@ -99,7 +100,8 @@ fn pool_state(pool: &NodePool, classes: &[KCNodeClass]) -> PoolState {
     state.budgets = d.budgets.clone();
     let class = classes
         .iter()
-        .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+        .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name)
+        .map(Arc::as_ref);
     state.requirements = translate::nodepool_input(pool, class, Resources::ZERO, 0).requirements;
     state.labels = pool
         .spec
@@ -225,7 +227,8 @@ fn node_state(
         let class = o
             .classes
             .iter()
-            .find(|c| c.name_any() == claim.spec.node_class_ref.name);
+            .find(|c| c.name_any() == claim.spec.node_class_ref.name)
+            .map(Arc::as_ref);
         state.drift = drift::detect(claim, pool, class);
     }
     state.pods = pods_on(&name, o, bound, keep_out);
@@ -279,9 +282,12 @@ impl KeepOut<'_> {
 
 /// Every required anti-affinity term of the pods bound to nodes, with its domain (the node's
 /// value of the term's topology key; the node's name stands in for a missing hostname label).
-fn keep_out_terms<'a>(pods: &'a [Pod], nodes: &HashMap<&str, &'a Node>) -> Vec<KeepOut<'a>> {
+fn keep_out_terms<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    nodes: &HashMap<&str, &'a Node>,
+) -> Vec<KeepOut<'a>> {
     let mut out = Vec::new();
-    for pod in pods.iter().filter(|p| !is_terminal(p)) {
+    for pod in pods.into_iter().filter(|p| !is_terminal(p)) {
         let Some(spec) = pod.spec.as_ref() else {
             continue;
         };
@@ -337,15 +343,15 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
     let by_name: HashMap<&str, &Node> = o
         .nodes
         .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
         .collect();
     let mut bound: HashMap<&str, Vec<&Pod>> = HashMap::new();
     for pod in o.pods {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            bound.entry(node).or_default().push(pod);
+            bound.entry(node).or_default().push(pod.as_ref());
         }
     }
-    let keep_out = keep_out_terms(o.pods, &by_name);
+    let keep_out = keep_out_terms(o.pods.iter().map(Arc::as_ref), &by_name);
     let mut nodes = Vec::with_capacity(o.claims.len());
     let mut seen: HashSet<String> = HashSet::with_capacity(o.claims.len());
     for claim in o.claims {

@@ -264,7 +264,7 @@ fn existing_nodes_are_used_first_unless_tainted() {
         name: "node-1".into(),
         labels: [(ZONE.to_owned(), ZONES[0].to_owned())].into(),
         allocatable: Resources::new(4000, 16 * GI, 110),
-        pods: vec![pod("running", 3000, 1024)],
+        pods: vec![pod("running", 3000, 1024).into()],
         ..Default::default()
     };
     let r = solve_with(
@@ -344,7 +344,7 @@ fn zone_spread_respects_an_existing_imbalance() {
                 name: format!("old-{i}"),
                 labels: [(ZONE.to_owned(), ZONES[0].to_owned())].into(),
                 allocatable: Resources::new(500, GI, 110),
-                pods: vec![running],
+                pods: vec![running.into()],
                 ..Default::default()
             }
         })
@@ -418,7 +418,7 @@ fn running_pods_anti_affinity_keeps_matching_pods_away() {
     let node = ExistingNode {
         name: "node-1".into(),
         allocatable: Resources::new(4000, 16 * GI, 110),
-        pods: vec![guard],
+        pods: vec![guard.into()],
         ..Default::default()
     };
     let mut web = pod("web", 100, 128);
@@ -772,7 +772,7 @@ fn zone_affinity_follows_running_pods() {
         name: "node-c".into(),
         labels: [(ZONE.to_owned(), ZONES[2].to_owned())].into(),
         allocatable: Resources::new(200, GI, 110),
-        pods: vec![running],
+        pods: vec![running.into()],
         ..Default::default()
     };
     let pods: Vec<Pod> = (0..3)

@@ -45,8 +45,9 @@ pub struct ExistingNode {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub allocatable: Resources,
-    /// Pods bound to it (daemonsets included): their requests are used, their labels count in topology.
-    pub pods: Vec<Pod>,
+    /// Pods bound to it (daemonsets included): their requests are used, their labels count in
+    /// topology. Shared with the watch caches, never copied.
+    pub pods: Vec<std::sync::Arc<Pod>>,
 }
 
 /// One solve's input.

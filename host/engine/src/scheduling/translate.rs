@@ -116,7 +116,11 @@ pub fn is_ephemeral_taint(t: &Taint) -> bool {
 
 /// A Node as a place pods can go. `startup_taints` are the owning claim's (ignored until the node
 /// is initialized, as are the ephemeral taints).
-pub fn existing_node(node: &Node, pods: Vec<Pod>, startup_taints: &[Taint]) -> ExistingNode {
+pub fn existing_node(
+    node: &Node,
+    pods: Vec<std::sync::Arc<Pod>>,
+    startup_taints: &[Taint],
+) -> ExistingNode {
     let mut labels = node.labels().clone();
     labels
         .entry(label::HOSTNAME.to_owned())
