@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
+use super::bindings::types;
 use super::convert::SelectorCatalog;
 use super::engine::{Loaded, Runtime, sha256_hex};
 use super::{Kind, PluginError, convert};
@@ -142,6 +143,16 @@ pub struct Registry {
     trust: RwLock<Trust>,
     /// Fallbacks not yet reported, per (world, plugin).
     fallbacks: Mutex<BTreeMap<(&'static str, String), Fallback>>,
+}
+
+/// Empties `slot` if it holds plugin `name`.
+fn clear(slot: &RwLock<Option<Arc<Loaded>>>, name: &str) -> bool {
+    let mut slot = slot.write().unwrap_or_else(|p| p.into_inner());
+    let holds = slot.as_ref().is_some_and(|l| l.name == name);
+    if holds {
+        *slot = None;
+    }
+    holds
 }
 
 fn slot(kind: Kind) -> usize {
@@ -379,31 +390,23 @@ impl Registry {
     }
 
     fn remove_shadow(&self, kind: Kind, name: &str) -> bool {
-        let mut slot = self.shadow_slots[slot(kind)]
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_some_and(|l| l.name == name) {
-            *slot = None;
+        let removed = clear(&self.shadow_slots[slot(kind)], name);
+        if removed {
             tracing::info!(plugin = name, world = %kind, "shadow plugin removed");
-            return true;
         }
-        false
+        removed
     }
 
     /// Plugin `name` no longer serves `kind`: the native default does.
     fn remove_active(&self, kind: Kind, name: &str) -> bool {
-        let mut slot = self.slots[slot(kind)]
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_some_and(|l| l.name == name) {
-            *slot = None;
+        let removed = clear(&self.slots[slot(kind)], name);
+        if removed {
             tracing::info!(plugin = name, world = %kind, "plugin removed; the native default serves");
             if let Some(m) = &self.metrics {
                 m.clear_active(kind.world());
             }
-            return true;
         }
-        false
+        removed
     }
 
     fn observe(&self, kind: Kind, plugin: &str, started: Instant, ok: bool) {
@@ -527,14 +530,18 @@ pub struct PluginRanker {
 }
 
 impl PluginRanker {
-    fn serve(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
-        let Some(plugin) = self.registry.serving(Kind::Selector, request.node_pool) else {
-            return CheapestFitRanker.rank(request);
-        };
+    /// `plugin`'s ranking of `input` (the WIT form of `request`), checked; the native ranker
+    /// answers when it fails.
+    fn serve(
+        &self,
+        plugin: &Loaded,
+        catalog: &SelectorCatalog,
+        input: &types::RankInput,
+        request: &RankRequest<'_>,
+    ) -> Result<Vec<usize>, RankError> {
         let started = Instant::now();
-        let catalog = self.registry.selector_catalog(&request.catalog);
         let result = plugin
-            .rank(&catalog, &convert::rank_input(request))
+            .rank(catalog, input)
             .map_err(|e| RankError::Failed {
                 ranker: plugin.name.clone(),
                 message: e.to_string(),
@@ -553,27 +560,38 @@ impl PluginRanker {
     }
 }
 
+/// What ranks: a plugin and its digest, or the native ranker.
+fn describe(plugin: Option<&Loaded>) -> String {
+    match plugin {
+        Some(p) => format!(
+            "plugin {} (sha256 {})",
+            p.name,
+            &p.digest[..12.min(p.digest.len())]
+        ),
+        None => CheapestFitRanker.name().to_owned(),
+    }
+}
+
 impl InstanceRanker for PluginRanker {
     fn name(&self) -> &str {
         "plugin:instance-selector"
     }
 
     fn serving(&self, node_pool: &str) -> String {
-        match self.registry.serving(Kind::Selector, node_pool) {
-            Some(p) => format!(
-                "plugin {} (sha256 {})",
-                p.name,
-                &p.digest[..12.min(p.digest.len())]
-            ),
-            None => CheapestFitRanker.name().to_owned(),
-        }
+        describe(self.registry.serving(Kind::Selector, node_pool).as_deref())
     }
 
     fn rank(&self, request: &RankRequest<'_>) -> Result<Vec<usize>, RankError> {
-        let answer = self.serve(request);
+        let plugin = self.registry.serving(Kind::Selector, request.node_pool);
+        // The WIT form of the request, converted once: the serving plugin, the shadow and the
+        // decision log all take it.
+        let catalog = self.registry.selector_catalog(&request.catalog);
+        let input = convert::rank_input(request);
+        let answer = match &plugin {
+            Some(p) => self.serve(p, &catalog, &input, request),
+            None => CheapestFitRanker.rank(request),
+        };
         if let Ok(chosen) = &answer {
-            let catalog = self.registry.selector_catalog(&request.catalog);
-            let input = convert::rank_input(request);
             if let Some(shadow) = self.registry.shadow(Kind::Selector) {
                 self.registry.shadows.offer(
                     shadow,
@@ -584,10 +602,13 @@ impl InstanceRanker for PluginRanker {
                     },
                 );
             }
-            let serving = self.serving(request.node_pool);
-            self.registry
-                .decisions
-                .record(catalog, request.node_pool, serving, input, chosen);
+            self.registry.decisions.record(
+                catalog,
+                request.node_pool,
+                describe(plugin.as_deref()),
+                input,
+                chosen,
+            );
         }
         answer
     }
