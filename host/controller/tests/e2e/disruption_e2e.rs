@@ -11,7 +11,8 @@ use kakaocloud::LaunchSpec;
 use kk_apis::crd::NodeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::{Env, Options, deployment, eventually, nodepool};
+use std::process::Command;
+use support::{Env, Options, deployment, eventually, nodepool, run_ok};
 
 fn small() -> serde_json::Value {
     json!({"requests": {"cpu": "1", "memory": "2Gi"}})
@@ -865,6 +866,15 @@ async fn view(base: &str, path: &str) -> Option<serde_json::Value> {
         .ok()
 }
 
+/// The explanation of `node` once its verdict contains `needle`.
+async fn verdict_containing(base: &str, node: &str, needle: &str) -> serde_json::Value {
+    eventually(&format!("{node} explained as {needle:?}"), || async {
+        let v = view(base, &format!("/explain/node/{node}")).await?;
+        v["verdict"].as_str()?.contains(needle).then_some(v)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replays_decisions() {
     let registry = kk_plugin_runtime::Registry::new(
@@ -876,10 +886,7 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
         ..Options::default()
     })
     .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = karpenter_kakaocloud::views::router(registry.clone(), env.explain.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let (base, server) = env.serve_views(&registry).await;
     env.apply_guide().await;
     env.kubectl_apply(&pool("held", "0s", json!({}), json!({})));
     env.kubectl_apply(&pool(
@@ -926,14 +933,7 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
     );
 
     // The PDB keeps the held node, and the answer names the pod it protects.
-    let held = eventually("the held node explained", || async {
-        let v = view(&base, &format!("/explain/node/{held_node}")).await?;
-        v["verdict"]
-            .as_str()?
-            .contains("PodDisruptionBudget")
-            .then_some(v)
-    })
-    .await;
+    let held = verdict_containing(&base, &held_node, "PodDisruptionBudget").await;
     assert!(
         held["verdict"].as_str().unwrap().contains(&pod_name),
         "{held}"
@@ -942,14 +942,7 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
 
     // Emptied, the frozen node stays because its NodePool's budget is 0, and the answer says so.
     delete_deployment(&env, &ns, "frozen").await;
-    let frozen = eventually("the frozen node explained as budget-blocked", || async {
-        let v = view(&base, &format!("/explain/node/{frozen_node}")).await?;
-        v["verdict"]
-            .as_str()?
-            .contains("budget allows no Empty disruption")
-            .then_some(v)
-    })
-    .await;
+    let frozen = verdict_containing(&base, &frozen_node, "budget allows no Empty disruption").await;
     assert!(
         frozen["methods"]
             .as_array()
@@ -971,17 +964,9 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
 
     // The same through kk-plugin, for a person; and the decisions replayed on a selector
     // that denies the family the default chose.
-    let tool = crate::support::kk_plugin_tool();
-    let out = std::process::Command::new(&tool)
-        .args(["explain", "node", &held_node, "--controller", &base])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let tool = support::kk_plugin_tool();
+    let text =
+        run_ok(Command::new(&tool).args(["explain", "node", &held_node, "--controller", &base]));
     assert!(
         text.contains("[keeps it] a PodDisruptionBudget forbids evicting pod"),
         "{text}"
@@ -990,18 +975,12 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     std::fs::write(&config, json!({"denyFamilies": [family]}).to_string()).unwrap();
-    let out = std::process::Command::new(&tool)
-        .arg("what-if")
-        .arg(kk_demo::plugin_component("instance-selector").unwrap())
-        .args(["--controller", &base, "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = run_ok(
+        Command::new(&tool)
+            .arg("what-if")
+            .arg(kk_demo::plugin_component("instance-selector").unwrap())
+            .args(["--controller", &base, "--config"])
+            .arg(&config),
     );
     let summary = text.lines().last().unwrap();
     let replayed: usize = summary.split(' ').next().unwrap().parse().unwrap();

@@ -152,22 +152,7 @@ async fn configmaps_load_swap_refuse_and_revert() {
 
 /// Runs the `kk-plugin` tool; its standard output.
 fn kk_plugin(args: &[&str]) -> String {
-    let tool = crate::support::kk_plugin_tool();
-    let out = std::process::Command::new(&tool)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{} runs (scripts/build-plugins.sh builds it): {e}",
-                tool.display()
-            )
-        });
-    assert!(
-        out.status.success(),
-        "kk-plugin {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    crate::support::run_ok(std::process::Command::new(crate::support::kk_plugin_tool()).args(args))
 }
 
 fn kubectl_apply(cp: &controlplane::ControlPlane, namespace: &str, yaml: &str) {

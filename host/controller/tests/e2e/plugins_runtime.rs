@@ -101,6 +101,26 @@ fn rank_subset(
         .map_err(|e| e.to_string())
 }
 
+/// An underutilized m2a.large of `pool` whose pods fit elsewhere, disruption cost 1.
+fn score_candidate(name: &str, pool: &str) -> ScoreCandidate {
+    ScoreCandidate {
+        node_name: name.into(),
+        instance_type: "m2a.large".into(),
+        node_pool: pool.into(),
+        zone: "kr-central-2-a".into(),
+        capacity_type: "on-demand".into(),
+        price_micros: 100_000,
+        cpu_utilisation_permille: 100,
+        memory_utilisation_permille: 100,
+        age_seconds: 7200,
+        pod_count: 1,
+        disruption_cost: 1.0,
+        pods_fit_elsewhere: true,
+        replacement_price_micros: None,
+        reason: Reason::Underutilized,
+    }
+}
+
 fn small() -> Resources {
     Resources::new(1000, 2 << 30, 1)
 }
@@ -428,20 +448,9 @@ fn the_scorer_plugin_returns_one_finite_score_per_candidate() {
     );
     let scorer = PluginScorer { registry: reg };
     let candidate = |name: &str, fit: bool, cost: f64| ScoreCandidate {
-        node_name: name.into(),
-        instance_type: "m2a.large".into(),
-        node_pool: "default".into(),
-        zone: "kr-central-2-a".into(),
-        capacity_type: "on-demand".into(),
-        price_micros: 100_000,
-        cpu_utilisation_permille: 100,
-        memory_utilisation_permille: 100,
-        age_seconds: 7200,
-        pod_count: 1,
         disruption_cost: cost,
         pods_fit_elsewhere: fit,
-        replacement_price_micros: None,
-        reason: Reason::Underutilized,
+        ..score_candidate(name, "default")
     };
     let scores = scorer
         .score(&[
@@ -691,31 +700,15 @@ fn a_nodepool_route_picks_its_named_plugin_per_world_and_scoring_splits_by_nodep
         "a missing plugin falls back to the default"
     );
 
-    let candidate = |name: &str, pool: &str| ScoreCandidate {
-        node_name: name.into(),
-        instance_type: "m2a.large".into(),
-        node_pool: pool.into(),
-        zone: "kr-central-2-a".into(),
-        capacity_type: "on-demand".into(),
-        price_micros: 100_000,
-        cpu_utilisation_permille: 100,
-        memory_utilisation_permille: 100,
-        age_seconds: 7200,
-        pod_count: 1,
-        disruption_cost: 1.0,
-        pods_fit_elsewhere: true,
-        replacement_price_micros: None,
-        reason: Reason::Underutilized,
-    };
     let scorer = PluginScorer {
         registry: reg.clone(),
     };
     let scores = scorer
         .score(&[
-            candidate("a", "other"),
-            candidate("b", "team"),
-            candidate("c", "other"),
-            candidate("d", "team"),
+            score_candidate("a", "other"),
+            score_candidate("b", "team"),
+            score_candidate("c", "other"),
+            score_candidate("d", "team"),
         ])
         .unwrap();
     assert_eq!(scores.len(), 4);

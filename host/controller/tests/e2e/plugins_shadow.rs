@@ -12,22 +12,12 @@ use std::time::Duration;
 
 use kk_apis::crd;
 use kk_apis::names::label;
-use kk_plugin_runtime::{Bounds, Kind, PluginRanker, Registry, Runtime, watcher};
+use kk_plugin_runtime::{Bounds, Kind, Registry, Runtime, watcher};
 use serde_json::json;
 
-use crate::support::{Env, Options, deployment, eventually, kk_plugin_tool as kk_plugin};
-
-/// Runs `cmd`, failing the test with its output when it fails.
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::support::{
+    Env, Options, deployment, eventually, kk_plugin_tool as kk_plugin, run_ok as ok,
+};
 
 /// Build directories kept between runs (shared with sdk/tool's author test).
 fn cache(name: &str) -> std::path::PathBuf {
@@ -71,6 +61,32 @@ fn scaffold_and_build(dir: &Path) -> std::path::PathBuf {
     component
 }
 
+/// The ConfigMap of `component` as plugin `team-selector` in `mode`, denying `family` (its
+/// settings written into `dir`).
+fn team_selector(
+    component: &Path,
+    namespace: &str,
+    mode: &str,
+    family: &str,
+    dir: &Path,
+) -> String {
+    let config = dir.join("config.json");
+    std::fs::write(&config, json!({"denyFamilies": [family]}).to_string()).unwrap();
+    ok(Command::new(kk_plugin())
+        .arg("configmap")
+        .arg(component)
+        .args([
+            "--name",
+            "team-selector",
+            "--namespace",
+            namespace,
+            "--mode",
+            mode,
+            "--config",
+        ])
+        .arg(&config))
+}
+
 fn family(claim: &crd::NodeClaim) -> String {
     claim
         .metadata
@@ -111,26 +127,16 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
     .await
     .unwrap();
 
-    // The controller with the plugin seam and nothing loaded: the native default serves.
+    // The controller with the plugin seams and nothing loaded: the native default serves.
     let runtime = Runtime::new(Bounds::default(), None).unwrap();
     let plugin_metrics = Arc::new(kk_plugin_runtime::metrics::PluginMetrics::default());
     let registry = Registry::new(runtime, Some(plugin_metrics.clone()));
     let env = Env::start(Options {
-        ranker: Some(Arc::new(PluginRanker {
-            registry: registry.clone(),
-        })),
+        plugins: Some(registry.clone()),
         ..Options::default()
     })
     .await;
-    let plugins_ns = env.cp.fresh_namespace("plugins").await.unwrap();
-    let (synced, mut listed) = tokio::sync::watch::channel(false);
-    let watch = tokio::spawn(watcher::run(
-        env.kube.clone(),
-        plugins_ns.clone(),
-        registry.clone(),
-        None,
-        synced,
-    ));
+    let (plugins_ns, watch) = env.watch_plugins(&registry).await;
     let report = tokio::spawn(watcher::report_calls(
         env.kube.clone(),
         plugins_ns.clone(),
@@ -138,15 +144,8 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
         Duration::from_millis(200),
         1,
     ));
-    listed.wait_for(|done| *done).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let view = format!(
-        "http://{}{}",
-        listener.local_addr().unwrap(),
-        karpenter_kakaocloud::views::SHADOW_PATH
-    );
-    let router = karpenter_kakaocloud::views::router(registry.clone(), env.explain.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let (base, server) = env.serve_views(&registry).await;
+    let view = format!("{base}{}", karpenter_kakaocloud::views::SHADOW_PATH);
 
     env.apply_guide().await;
     let ns = env.cp.fresh_namespace("team").await.unwrap();
@@ -168,21 +167,7 @@ async fn a_scaffolded_selector_shadows_the_default_then_once_promoted_the_next_n
     let native = family(&first);
 
     // The team's selector denies the family the default picks, in shadow.
-    let config = scratch.path().join("config.json");
-    std::fs::write(&config, json!({"denyFamilies": [native]}).to_string()).unwrap();
-    let manifest = ok(Command::new(kk_plugin())
-        .arg("configmap")
-        .arg(&component)
-        .args([
-            "--name",
-            "team-selector",
-            "--namespace",
-            &plugins_ns,
-            "--mode",
-            "shadow",
-            "--config",
-        ])
-        .arg(&config));
+    let manifest = team_selector(&component, &plugins_ns, "shadow", &native, scratch.path());
     env.apply_in(&plugins_ns, &manifest);
     eventually("the team selector in shadow", || async {
         registry.shadow(Kind::Selector).map(|_| ())
@@ -289,16 +274,7 @@ async fn a_nodepool_uses_the_selector_it_names_and_one_naming_a_missing_plugin_f
         ..Options::default()
     })
     .await;
-    let plugins_ns = env.cp.fresh_namespace("plugins").await.unwrap();
-    let (synced, mut listed) = tokio::sync::watch::channel(false);
-    let watch = tokio::spawn(watcher::run(
-        env.kube.clone(),
-        plugins_ns.clone(),
-        registry.clone(),
-        None,
-        synced,
-    ));
-    listed.wait_for(|done| *done).await.unwrap();
+    let (plugins_ns, watch) = env.watch_plugins(&registry).await;
     env.apply_guide().await;
     let ns = env.cp.fresh_namespace("pools").await.unwrap();
     let small = json!({"requests": {"cpu": "500m", "memory": "512Mi"}});
@@ -312,22 +288,8 @@ async fn a_nodepool_uses_the_selector_it_names_and_one_naming_a_missing_plugin_f
     // The repository's selector, loaded only for the NodePools that name it, denying the
     // family the default picks.
     let scratch = tempfile::tempdir().unwrap();
-    let config = scratch.path().join("config.json");
-    std::fs::write(&config, json!({"denyFamilies": [native]}).to_string()).unwrap();
     let component = kk_demo::plugin_component("instance-selector").unwrap();
-    let manifest = ok(Command::new(kk_plugin())
-        .arg("configmap")
-        .arg(&component)
-        .args([
-            "--name",
-            "team-selector",
-            "--namespace",
-            &plugins_ns,
-            "--mode",
-            "nodepool",
-            "--config",
-        ])
-        .arg(&config));
+    let manifest = team_selector(&component, &plugins_ns, "nodepool", &native, scratch.path());
     env.apply_in(&plugins_ns, &manifest);
     eventually("the team selector loaded by name", || async {
         registry.named(Kind::Selector, "team-selector").map(|_| ())

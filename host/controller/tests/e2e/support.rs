@@ -252,6 +252,40 @@ impl Env {
         self.sim.instances()
     }
 
+    /// Loads the plugin ConfigMaps of a fresh namespace into `registry`, as the controller's
+    /// watcher does; returns once they are listed, with the namespace and the watch task.
+    pub async fn watch_plugins(
+        &self,
+        registry: &Arc<kk_plugin_runtime::Registry>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        let namespace = self.cp.fresh_namespace("plugins").await.unwrap();
+        let (synced, mut listed) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(kk_plugin_runtime::watcher::run(
+            self.kube.clone(),
+            namespace.clone(),
+            registry.clone(),
+            None,
+            synced,
+        ));
+        listed.wait_for(|done| *done).await.unwrap();
+        (namespace, task)
+    }
+
+    /// The controller's JSON views (`views::router`) on a free local port: their base URL and
+    /// the server task.
+    pub async fn serve_views(
+        &self,
+        registry: &Arc<kk_plugin_runtime::Registry>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = karpenter_kakaocloud::views::router(registry.clone(), self.explain.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        (base, task)
+    }
+
     pub fn metrics_text(&self) -> String {
         karpenter_kakaocloud::metrics::render(&self.registry.lock().unwrap())
     }
@@ -453,6 +487,18 @@ impl Env {
             })
             .collect()
     }
+}
+
+/// Runs `cmd`, failing the test with its output unless it succeeds; its standard output.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The `kk-plugin` tool `scripts/build-plugins.sh` built, beside this test binary's directory.

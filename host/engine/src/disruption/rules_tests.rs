@@ -68,14 +68,19 @@ fn node(name: &str, it: &str, cpu: u64, price: u64, pods: &[u64]) -> NodeState {
     n
 }
 
-fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
-    let mut pool = PoolState::new("default");
-    pool.budgets = vec![Budget {
-        nodes: "100%".into(),
+/// A budget of `nodes` for every reason, always active.
+fn budget(nodes: &str) -> Budget {
+    Budget {
+        nodes: nodes.into(),
         schedule: None,
         duration: None,
         reasons: None,
-    }];
+    }
+}
+
+fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
+    let mut pool = PoolState::new("default");
+    pool.budgets = vec![budget("100%")];
     ClusterSnapshot {
         now: now(),
         pools: vec![pool],
@@ -128,12 +133,7 @@ fn budget_of_one_lets_one_node_go_at_a_time() {
             .map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[]))
             .collect(),
     );
-    s.pools[0].budgets = vec![Budget {
-        nodes: "1".into(),
-        schedule: None,
-        duration: None,
-        reasons: None,
-    }];
+    s.pools[0].budgets = vec![budget("1")];
     let cmd = plan(&s, &SavingsPerDisruption).graceful.unwrap();
     assert_eq!(cmd.candidates.len(), 1);
     // With one node already deleting, the budget is used up.
@@ -321,12 +321,7 @@ fn drift_replaces_even_without_saving_and_respects_its_budget() {
 fn expired_nodes_are_replaced_before_removal_regardless_of_budgets() {
     let mut s = snapshot(vec![node("old", "m2a.xlarge", 4000, 200_000, &[3000])]);
     s.nodes[0].created = hours_ago(800);
-    s.pools[0].budgets = vec![Budget {
-        nodes: "0".into(),
-        schedule: None,
-        duration: None,
-        reasons: None,
-    }];
+    s.pools[0].budgets = vec![budget("0")];
     let p = plan(&s, &SavingsPerDisruption);
     assert_eq!(p.forceful.len(), 1);
     assert_eq!(p.forceful[0].reason, Reason::Expired);
@@ -454,12 +449,7 @@ fn a_budget_of_zero_names_its_pool() {
         node("a", "m2a.xlarge", 4000, 200_000, &[500]),
         node("b", "m2a.xlarge", 4000, 200_000, &[500]),
     ]);
-    s.pools[0].budgets = vec![Budget {
-        nodes: "0".into(),
-        schedule: None,
-        duration: None,
-        reasons: None,
-    }];
+    s.pools[0].budgets = vec![budget("0")];
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none());
     assert_eq!(p.budget_blocked, vec!["default".to_owned()]);
@@ -500,12 +490,7 @@ fn explain_says_what_keeps_a_node_and_where_its_pods_would_go() {
     s.nodes[0].pods[0].pdb_blocked = false;
 
     // A budget of zero keeps it, saying so.
-    s.pools[0].budgets = vec![Budget {
-        nodes: "0".into(),
-        schedule: None,
-        duration: None,
-        reasons: None,
-    }];
+    s.pools[0].budgets = vec![budget("0")];
     let frozen = explain::node(&s, "a").unwrap();
     assert!(
         frozen.verdict.contains("budget allows no Underutilized"),
