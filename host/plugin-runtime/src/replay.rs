@@ -189,6 +189,19 @@ pub fn cheapest(catalog: &[t::InstanceType], input: &t::RankInput, i: usize) -> 
         .min()
 }
 
+/// How much more candidate `theirs` costs per hour than candidate `served` (KRW micros;
+/// negative: cheaper), by their cheapest available offerings.
+pub fn price_delta(
+    catalog: &[t::InstanceType],
+    input: &t::RankInput,
+    served: Option<usize>,
+    theirs: Option<usize>,
+) -> Option<i64> {
+    let a = cheapest(catalog, input, served?)?;
+    let b = cheapest(catalog, input, theirs?)?;
+    Some(b as i64 - a as i64)
+}
+
 /// Selector decisions kept for replay.
 pub const DECISIONS: usize = 100;
 

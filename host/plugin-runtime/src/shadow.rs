@@ -21,7 +21,7 @@ use super::bindings::types as t;
 use super::convert::SelectorCatalog;
 use super::engine::{Loaded, sha256_hex};
 use super::metrics::{PluginMetrics, ShadowDivergence, ShadowLabels};
-use super::replay::{cheapest, flavor};
+use super::replay::{flavor, price_delta};
 use kk_engine::disruption::scorer as native_scorer;
 use kk_engine::scheduling::ranker;
 
@@ -290,16 +290,17 @@ pub fn compare(shadow: &Loaded, decision: &Decision) -> Option<Divergence> {
             let name =
                 |i: &usize| flavor(&catalog.types, input, *i).map_or("-", |f| f.name.as_str());
             let first = |o: &[usize]| o.iter().take(3).map(name).collect::<Vec<_>>().join(",");
-            let price = |o: &[usize]| o.first().and_then(|&i| cheapest(&catalog.types, input, i));
             Some(Divergence {
                 kind,
                 at: now(),
                 serving: first(chosen),
                 shadow: first(&order),
-                price_delta_micros: match (price(chosen), price(&order)) {
-                    (Some(a), Some(b)) => Some(b as i64 - a as i64),
-                    _ => None,
-                },
+                price_delta_micros: price_delta(
+                    &catalog.types,
+                    input,
+                    chosen.first().copied(),
+                    order.first().copied(),
+                ),
             })
         }
         Decision::Score { input, scores } => {

@@ -193,14 +193,10 @@ pub fn what_if(args: &WhatIf) -> Result<()> {
                     .and_then(|o| o.first())
                     .and_then(Value::as_u64);
                 let first = first.map(|i| i as usize);
-                let price = match (
-                    served.and_then(|i| replay::cheapest(catalog, input, i)),
-                    first.and_then(|i| replay::cheapest(catalog, input, i)),
-                ) {
-                    (Some(a), Some(b)) => Some(b as i64 - a as i64),
-                    _ => None,
-                };
-                (name(first), price)
+                (
+                    name(first),
+                    replay::price_delta(catalog, input, served, first),
+                )
             }
             Err(e) => (format!("error: {}", replay::message(e)), None),
         };

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::budgets::BudgetTracker;
 use super::model::{ClusterSnapshot, Reason};
-use super::plan::{self, Blocker, HELD, NO_CHEAPER, UNMODELLED, WOULD_NOT_SCHEDULE};
+use super::plan::{self, Blocker, HELD, UNMODELLED};
 use super::simulate::{Outcome, Placement, Simulator};
 use kk_apis::crd::nodepool::ConsolidationPolicy;
 
@@ -107,10 +107,7 @@ pub fn node(snapshot: &ClusterSnapshot, name: &str) -> Option<NodeExplanation> {
 
     let waiting = pool.and_then(|p| {
         let after = p.consolidate_after?;
-        let since = node.last_pod_event.unwrap_or(node.created);
-        let gone = Duration::from_secs(
-            u64::try_from(snapshot.now.as_second() - since.as_second()).unwrap_or(0),
-        );
+        let gone = plan::elapsed(snapshot, node.last_pod_event.unwrap_or(node.created));
         (gone < after).then(|| after - gone)
     });
     let never = pool.is_some_and(|p| p.consolidate_after.is_none());
@@ -170,20 +167,13 @@ pub fn node(snapshot: &ClusterSnapshot, name: &str) -> Option<NodeExplanation> {
         } else if node.reschedulable_pods().any(|p| p.consolidation_held) {
             consolidation(true, HELD.into());
         } else {
-            let allow_spot = node.capacity_type != "spot";
-            let outcome = match sim.simulate(&[i], Some(node.price_micros), allow_spot) {
-                Outcome::Delete => {
-                    Ok("its pods fit on the remaining nodes: it can be deleted".to_owned())
-                }
-                Outcome::Replace { price_micros, .. } => Ok(format!(
+            let outcome = plan::simulate_single(&mut sim, i).map(|outcome| match outcome {
+                Outcome::Replace { price_micros, .. } => format!(
                     "its pods fit on one cheaper node ({price_micros} micro-KRW/h against {}): it can be replaced",
                     node.price_micros
-                )),
-                Outcome::Infeasible => match sim.simulate(&[i], None, allow_spot) {
-                    Outcome::Infeasible => Err(WOULD_NOT_SCHEDULE),
-                    _ => Err(NO_CHEAPER),
-                },
-            };
+                ),
+                _ => "its pods fit on the remaining nodes: it can be deleted".to_owned(),
+            });
             match outcome {
                 Err(why) => consolidation(true, why.to_owned()),
                 Ok(_) if remaining(Reason::Underutilized) == 0 => consolidation(

@@ -148,7 +148,7 @@ pub fn blocker(snapshot: &ClusterSnapshot, node: &NodeState) -> Option<Blocker> 
     None
 }
 
-fn elapsed(snapshot: &ClusterSnapshot, since: jiff::Timestamp) -> Duration {
+pub(super) fn elapsed(snapshot: &ClusterSnapshot, since: jiff::Timestamp) -> Duration {
     let secs = snapshot.now.as_second().saturating_sub(since.as_second());
     Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
@@ -350,6 +350,23 @@ fn permille(used: u64, of: u64) -> u32 {
 /// Consolidation candidates (non-empty, consolidatable, pools with `WhenEmptyOrUnderutilized`,
 /// no blockers, no constraints the fast check cannot model, no pods of a reverted consolidation),
 /// each simulated alone, then scored.
+/// Node `i` consolidated alone, as the pass simulates it: deleted, or replaced by a strictly
+/// cheaper node (a spot node only by on-demand). Infeasible, the reason: no cheaper node
+/// ([`NO_CHEAPER`]) or the pods fit no new node at all ([`WOULD_NOT_SCHEDULE`]).
+pub fn simulate_single(sim: &mut Simulator<'_>, i: usize) -> Result<Outcome, &'static str> {
+    let snapshot = sim.snapshot;
+    let node = &snapshot.nodes[i];
+    let allow_spot = node.capacity_type != "spot";
+    match sim.simulate(&[i], Some(node.price_micros), allow_spot) {
+        // Without the saving rule: do the pods fit a new node at all?
+        Outcome::Infeasible => Err(match sim.simulate(&[i], None, allow_spot) {
+            Outcome::Infeasible => WOULD_NOT_SCHEDULE,
+            _ => NO_CHEAPER,
+        }),
+        outcome => Ok(outcome),
+    }
+}
+
 pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScorer) -> Scored {
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
@@ -388,16 +405,10 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
             unconsolidatable.push((i, HELD.to_owned()));
             continue;
         }
-        let allow_spot = node.capacity_type != "spot";
-        let outcome = sim.simulate(&[i], Some(node.price_micros), allow_spot);
-        if outcome == Outcome::Infeasible {
-            // Without the saving rule: do the pods fit a new node at all?
-            let why = match sim.simulate(&[i], None, allow_spot) {
-                Outcome::Infeasible => WOULD_NOT_SCHEDULE,
-                _ => NO_CHEAPER,
-            };
+        let outcome = simulate_single(sim, i).unwrap_or_else(|why| {
             unconsolidatable.push((i, why.to_owned()));
-        }
+            Outcome::Infeasible
+        });
         let requested = node.requested();
         inputs.push(ScoreCandidate {
             node_name: node.name.clone(),
