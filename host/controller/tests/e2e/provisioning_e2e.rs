@@ -756,12 +756,17 @@ spec:
         "no instance was ever created"
     );
     assert_eq!(env.sim.request_count(routes::INSTANCES_CREATE), 0);
-    let events = env.events("InvalidNodeClaimName").await;
-    assert!(
-        events.iter().any(|e| e
-            .note
-            .as_deref()
-            .is_some_and(|n| n.contains("description limit"))),
-        "the Event says the tag would not fit: {events:?}"
-    );
+    // Events are published in the background, so the claim can be gone before its Event lands.
+    eventually("an Event saying the tag would not fit", || async {
+        env.events("InvalidNodeClaimName")
+            .await
+            .iter()
+            .any(|e| {
+                e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("description limit"))
+            })
+            .then_some(())
+    })
+    .await;
 }
