@@ -134,6 +134,15 @@ pub mod condition {
     pub const LAUNCHED: &str = "Launched";
     pub const REGISTERED: &str = "Registered";
     pub const INITIALIZED: &str = "Initialized";
+    /// NodeClaim disruption state, each present only while it holds (as upstream).
+    pub const DRIFTED: &str = "Drifted";
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
+    /// Why a disruption command holds the NodeClaim (Underutilized, Empty, Drifted, Expired).
+    pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// NodeClaim termination phases.
+    pub const DRAINED: &str = "Drained";
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
     /// NodePool parts (`Ready` is ValidationSucceeded and NodeClassReady, as upstream).
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     pub const NODECLASS_READY: &str = "NodeClassReady";

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -42,11 +43,29 @@ pub fn is_provisionable(pod: &Pod) -> bool {
     spec_ok && pending && not_preempting && unschedulable && !owned_by_daemon_or_node
 }
 
-/// Whether the pod's `karpenter.sh/do-not-disrupt` annotation is `"true"`.
-pub fn do_not_disrupt(pod: &Pod) -> bool {
-    pod.annotations()
-        .get(annotation::DO_NOT_DISRUPT)
-        .is_some_and(|v| v == "true")
+/// Whether the pod's `karpenter.sh/do-not-disrupt` annotation holds it at `now`: `"true"`
+/// always; a duration (`"30m"`, `"1h30m"`) until that long after the pod started (from its
+/// creation while it has no start time); any other value never (as upstream).
+pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+    let Some(value) = pod.annotations().get(annotation::DO_NOT_DISRUPT) else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Ok(hold) = crate::crd::duration::parse_duration(value) else {
+        return false;
+    };
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(pod.metadata.creation_timestamp.as_ref());
+    let Some(started) = started else {
+        return true;
+    };
+    let held = now.duration_since(started.0);
+    held.is_negative() || held.unsigned_abs() < hold
 }
 
 /// Owned by a DaemonSet: drains leave it, simulations count it as node overhead.
@@ -103,4 +122,43 @@ pub fn pdb_blocked<'a>(pod: &Pod, pdbs: impl IntoIterator<Item = &'a PodDisrupti
                     pod.labels(),
                 )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotation: &str, started: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "annotations": {annotation::DO_NOT_DISRUPT: annotation},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"startTime": started},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn do_not_disrupt_is_true_or_a_duration_from_the_pod_start() {
+        let at = |t: &str| t.parse::<Timestamp>().unwrap();
+        let started = "2026-01-01T00:10:00Z";
+        assert!(do_not_disrupt(
+            &pod("true", started),
+            at("2027-01-01T00:00:00Z")
+        ));
+        let thirty = pod("30m", started);
+        assert!(do_not_disrupt(&thirty, at("2026-01-01T00:39:59Z")));
+        assert!(!do_not_disrupt(&thirty, at("2026-01-01T00:40:00Z")));
+        assert!(do_not_disrupt(
+            &pod("1h30m", started),
+            at("2026-01-01T01:00:00Z")
+        ));
+        assert!(!do_not_disrupt(
+            &pod("false", started),
+            at("2026-01-01T00:10:00Z")
+        ));
+        assert!(!do_not_disrupt(
+            &pod("soon", started),
+            at("2026-01-01T00:10:00Z")
+        ));
+    }
 }

@@ -53,6 +53,46 @@ pub struct Settings {
     /// `KEYRING_SECRET` (`karpenter-kakaocloud-keyring`) and `SYSTEM_NAMESPACE` (`kube-system`... or the pod's).
     pub keyring_secret: String,
     pub system_namespace: String,
+    /// `FEATURE_GATES` `NodeRepair=true` (off by default, as upstream): replace nodes whose
+    /// `Ready` condition stayed False or Unknown for [`Settings::node_repair_toleration`].
+    pub node_repair: bool,
+    /// How long a node may be unhealthy before it is repaired (upstream's providers use 10 min).
+    pub node_repair_toleration: Duration,
+}
+
+/// Upstream's feature gates: every name is accepted (values files are copied between providers),
+/// `NodeRepair` is the only one that changes anything here.
+pub const FEATURE_GATES: [&str; 6] = [
+    "NodeRepair",
+    "ReservedCapacity",
+    "SpotToSpotConsolidation",
+    "NodeOverlay",
+    "StaticCapacity",
+    "CapacityBuffer",
+];
+
+/// Parses `FEATURE_GATES` (`Name=true,Other=false`) into the gates set to true.
+fn feature_gates(raw: &str) -> Result<Vec<&str>, ConfigError> {
+    let mut on = Vec::new();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let invalid = |message: String| ConfigError::Invalid {
+            name: "FEATURE_GATES",
+            message,
+        };
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("{part:?} is not Name=true or Name=false")))?;
+        let name = FEATURE_GATES
+            .iter()
+            .find(|g| **g == name.trim())
+            .ok_or_else(|| invalid(format!("unknown feature gate {:?}", name.trim())))?;
+        match value.trim() {
+            "true" => on.push(*name),
+            "false" => {}
+            other => return Err(invalid(format!("{name}={other:?} is not true or false"))),
+        }
+    }
+    Ok(on)
 }
 
 impl Settings {
@@ -78,6 +118,8 @@ impl Settings {
             metrics_port: 8080,
             keyring_secret: "karpenter-kakaocloud-keyring".into(),
             system_namespace: "kube-system".into(),
+            node_repair: false,
+            node_repair_toleration: Duration::from_secs(10 * 60),
         }
     }
 
@@ -148,6 +190,9 @@ impl Settings {
         }
         if let Some(v) = get("SYSTEM_NAMESPACE") {
             s.system_namespace = v.to_owned();
+        }
+        if let Some(raw) = get("FEATURE_GATES") {
+            s.node_repair = feature_gates(raw)?.contains(&"NodeRepair");
         }
         Ok(s)
     }
@@ -241,5 +286,32 @@ mod tests {
             ]))
             .is_err()
         );
+    }
+
+    #[test]
+    fn node_repair_is_off_unless_its_gate_says_true() {
+        let with = |gates: &str| {
+            Settings::from_map(&vars(&[("CLUSTER_NAME", "d"), ("FEATURE_GATES", gates)]))
+        };
+        assert!(
+            !Settings::from_map(&vars(&[("CLUSTER_NAME", "d")]))
+                .unwrap()
+                .node_repair
+        );
+        assert!(
+            !with("NodeRepair=false,SpotToSpotConsolidation=true")
+                .unwrap()
+                .node_repair
+        );
+        assert!(
+            with("StaticCapacity=false, NodeRepair=true")
+                .unwrap()
+                .node_repair
+        );
+        assert!(
+            with("NodeRepiar=true").is_err(),
+            "a misspelt gate is refused"
+        );
+        assert!(with("NodeRepair=yes").is_err());
     }
 }

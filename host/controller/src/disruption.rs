@@ -16,14 +16,17 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::claim_conditions::{self, Change};
 use crate::events::Events;
 use crate::explain::{ExplainError, NodeExplainer};
 use crate::metrics::{DecisionLabels, Metrics, NodePoolReason};
 use crate::provisioning::catalog::LiveCatalog;
 use kk_apis::crd::NodeClaim;
+use kk_apis::crd::conditions::DesiredCondition;
+use kk_apis::names::condition;
 use kk_engine::disruption::build::{self, Objects};
 use kk_engine::disruption::model::ClusterSnapshot;
-use kk_engine::disruption::plan::{Command, Method, plan, still_valid};
+use kk_engine::disruption::plan::{Command, Method, consolidatable, plan, still_valid};
 use kk_engine::disruption::scorer::ConsolidationScorer;
 
 use crate::state::ClusterState;
@@ -118,6 +121,9 @@ pub fn snapshot_of(
 impl Disrupter {
     /// Runs passes until the process stops.
     pub async fn run(self: Arc<Self>) {
+        if let Err(err) = self.clear_stale().await {
+            tracing::warn!(error = %err, "clearing the marks of interrupted disruption commands failed");
+        }
         let mut tick = tokio::time::interval(self.options.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -125,6 +131,111 @@ impl Disrupter {
             if let Err(err) = self.pass().await {
                 tracing::warn!(error = %err, "disruption pass failed");
             }
+        }
+    }
+
+    /// A command interrupted by a restart leaves its taint and `DisruptionReason` behind, and a
+    /// tainted node counts as leaving: both are removed from every node whose NodeClaim is not
+    /// being deleted (upstream does the same when its disruption controller starts).
+    async fn clear_stale(&self) -> anyhow::Result<()> {
+        let claims = self.state.nodeclaims.state();
+        let live = claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none());
+        let mut targets = Vec::new();
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        for claim in live {
+            let reason = [Change::Clear(condition::DISRUPTION_REASON)];
+            claim_conditions::apply(&api, claim, &reason).await?;
+            let Some(node) = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| self.state.node(n))
+            else {
+                continue;
+            };
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == taint::DISRUPTED));
+            if tainted && node.metadata.deletion_timestamp.is_none() {
+                tracing::info!(Node = %node.name_any(), NodeClaim = %claim.name_any(), "removing the disrupted taint of an interrupted command");
+                targets.push((node.name_any(), claim.name_any(), String::new()));
+            }
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        taint_all(&nodes, &targets, false).await?;
+        Ok(())
+    }
+
+    /// Upstream's `Drifted` (with its reason) and `Consolidatable` conditions, each present only
+    /// while it holds, on every NodeClaim the pass saw; written only where they changed.
+    async fn write_conditions(&self, snapshot: &ClusterSnapshot) {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let writes: Vec<_> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.managed() && !n.deleting)
+            .filter_map(|n| {
+                let claim = self.state.nodeclaim(n.nodeclaim.as_deref()?)?;
+                let drifted = match &n.drift {
+                    Some(why) => Change::Set(DesiredCondition::truthy(
+                        condition::DRIFTED,
+                        why.as_condition_reason(),
+                        why.message(),
+                    )),
+                    None => Change::Clear(condition::DRIFTED),
+                };
+                let consolidatable = if consolidatable(snapshot, n) {
+                    Change::Set(DesiredCondition::truthy(
+                        condition::CONSOLIDATABLE,
+                        condition::CONSOLIDATABLE,
+                        "",
+                    ))
+                } else {
+                    Change::Clear(condition::CONSOLIDATABLE)
+                };
+                let changes = [drifted, consolidatable];
+                claim_conditions::needed(&claim, &changes).then_some((claim, changes))
+            })
+            .collect();
+        let api = &api;
+        let results = join_limited(
+            writes
+                .iter()
+                .map(|(claim, changes)| claim_conditions::apply(api, claim, changes))
+                .collect(),
+        )
+        .await;
+        for err in results.into_iter().filter_map(Result::err) {
+            tracing::warn!(error = %err, "writing NodeClaim disruption conditions failed");
+        }
+    }
+
+    /// Sets (or, when the command is abandoned, clears) `DisruptionReason` on the targets.
+    async fn mark_reason(&self, targets: &[(String, String, String)], reason: Option<&str>) {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let change = match reason {
+            Some(r) => Change::Set(DesiredCondition::truthy(condition::DISRUPTION_REASON, r, r)),
+            None => Change::Clear(condition::DISRUPTION_REASON),
+        };
+        let api = &api;
+        let change = &change;
+        let writes =
+            targets.iter().filter_map(|(_, claim, _)| {
+                let claim = self.state.nodeclaim(claim)?;
+                Some(async move {
+                    claim_conditions::apply(api, &claim, std::slice::from_ref(change)).await
+                })
+            });
+        for err in join_limited(writes.collect())
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+        {
+            tracing::warn!(error = %err, "writing DisruptionReason failed");
         }
     }
 
@@ -155,6 +266,7 @@ impl Disrupter {
             })
             .observe(started.elapsed().as_secs_f64());
         self.explain(&snapshot, &plan.scored);
+        self.write_conditions(&snapshot).await;
         for pool in &plan.budget_blocked {
             if let Some(np) = self
                 .state
@@ -257,6 +369,8 @@ impl Disrupter {
                 .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
             return Err(err.into());
         }
+        self.mark_reason(&targets, Some(cmd.reason.as_condition_reason()))
+            .await;
         // The churn guard: provisioning reports these controllers if their pods come back
         // needing new capacity (the move was wrong), and consolidation then leaves them alone.
         if matches!(
@@ -283,12 +397,7 @@ impl Disrupter {
                 .flat_map(|&i| planned.nodes[i].reschedulable_pods())
                 .fold(Resources::ZERO, |acc, p| acc.add(&p.requests));
             // Upstream's events on the candidates while their replacement comes up.
-            let title = match cmd.reason.as_metric() {
-                "underutilized" => "Underutilized",
-                "drifted" => "Drifted",
-                "expired" => "Expired",
-                _ => "Empty",
-            };
+            let title = cmd.reason.as_condition_reason();
             for (_, claim, _) in &targets {
                 self.event_claim(
                     claim,
@@ -309,6 +418,7 @@ impl Disrupter {
                 }
                 Err(err) => {
                     let _ = taint_all(&nodes, &targets, false).await;
+                    self.mark_reason(&targets, None).await;
                     self.state
                         .unmark_for_deletion(targets.iter().map(|(n, _, _)| n.as_str()));
                     return Err(err);

@@ -3,6 +3,7 @@
 //! [`provisioning`], [`lifecycle`] (by phase), [`termination`], [`disruption`], [`gc`].
 //! Policies run as WebAssembly components (`kk_plugin_runtime`); decisions are computed by the
 //! pure `kk_engine` on blocking threads. See `docs/architecture.md`.
+pub mod claim_conditions;
 pub mod config;
 pub mod disruption;
 pub mod events;
@@ -16,8 +17,10 @@ pub mod nodepool;
 pub mod operator;
 pub mod podevents;
 pub mod provisioning;
+pub mod repair;
 pub mod retry;
 pub mod state;
+pub mod static_capacity;
 pub mod supervisor;
 pub mod termination;
 pub mod views;

@@ -7,8 +7,11 @@
 //! * [`run`] writes it every [`INTERVAL`] for each managed NodePool, only when it differs,
 //!   and routes each NodePool's plugin annotations ([`route`]).
 //!
+//! * [`stamp_hash`] is upstream's `nodepool.hash`: the NodePool's template hash and its version
+//!   as annotations, and NodeClaims stamped by another hash version re-stamped with today's.
+//!
 //! Invariants:
-//! - only `status` is written (a merge patch), never spec or metadata;
+//! - only `status` and the two hash annotations are written (merge patches), never spec;
 //! - `status.resources` is the summed capacity of the pool's NodeClaims (the Node's capacity once
 //!   it registered), with upstream's zero entries for cpu, memory, pods, ephemeral-storage and
 //!   nodes; `status.nodes` is the `nodes` entry;
@@ -34,7 +37,8 @@ use crate::state::ClusterState;
 use kk_apis::crd::conditions::{DesiredCondition, set_condition};
 use kk_apis::crd::nodepool::{MAX_NODEPOOL_NAME_LEN, NodePoolStatus};
 use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
-use kk_apis::names::{condition, label};
+use kk_apis::hash;
+use kk_apis::names::{annotation, condition, label};
 use kk_engine::scheduling::resources::{self, Resources};
 use kk_plugin_runtime::{Kind, Registry};
 
@@ -326,6 +330,7 @@ async fn pass(client: &kube::Client, state: &ClusterState) {
             .filter(|c| c.labels().get(label::NODEPOOL) == Some(&name))
             .map(Arc::as_ref)
             .collect();
+        stamp_hash(client, &pool, &own).await;
         let status = desired(
             &pool,
             class,
@@ -343,6 +348,59 @@ async fn pass(client: &kube::Client, state: &ClusterState) {
             .await
         {
             tracing::warn!(NodePool = %name, error = %err, "writing NodePool status failed");
+        }
+    }
+}
+
+/// The hash annotations (a merge patch) `pool` and its NodeClaims should carry, whether the
+/// NodePool lacks them, and the NodeClaims that do: those stamped by another hash version (a hash
+/// of another version cannot tell drift, so it takes today's, as upstream does on an upgrade).
+fn hash_patch<'c>(
+    pool: &NodePool,
+    claims: &[&'c NodeClaim],
+) -> (serde_json::Value, bool, Vec<&'c NodeClaim>) {
+    let current = hash::nodepool_hash(&pool.spec);
+    let stamped = |annotations: &BTreeMap<String, String>, with_hash: bool| {
+        annotations
+            .get(annotation::NODEPOOL_HASH_VERSION)
+            .map(String::as_str)
+            == Some(hash::NODEPOOL_HASH_VERSION)
+            && (!with_hash || annotations.get(annotation::NODEPOOL_HASH) == Some(&current))
+    };
+    let pool_stale = !stamped(pool.annotations(), true);
+    let claims = claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !stamped(c.annotations(), false))
+        .copied()
+        .collect();
+    let patch = json!({"metadata": {"annotations": {
+        annotation::NODEPOOL_HASH: current,
+        annotation::NODEPOOL_HASH_VERSION: hash::NODEPOOL_HASH_VERSION,
+    }}});
+    (patch, pool_stale, claims)
+}
+
+/// Writes what [`hash_patch`] says is missing.
+async fn stamp_hash(client: &kube::Client, pool: &NodePool, claims: &[&NodeClaim]) {
+    let (patch, pool_stale, stale) = hash_patch(pool, claims);
+    let patch = Patch::Merge(&patch);
+    if pool_stale {
+        let api: Api<NodePool> = Api::all(client.clone());
+        if let Err(err) = api
+            .patch(&pool.name_any(), &PatchParams::default(), &patch)
+            .await
+        {
+            tracing::warn!(NodePool = %pool.name_any(), error = %err, "writing the NodePool hash failed");
+        }
+    }
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    for claim in stale {
+        tracing::info!(NodeClaim = %claim.name_any(), "re-stamping a NodeClaim hash of another version");
+        if let Err(err) = api
+            .patch(&claim.name_any(), &PatchParams::default(), &patch)
+            .await
+        {
+            tracing::warn!(NodeClaim = %claim.name_any(), error = %err, "writing the NodeClaim hash failed");
         }
     }
 }
@@ -525,6 +583,43 @@ mod tests {
         let err = validate(&p).unwrap_err();
         assert!(err.contains("karpenter.sh/nodepool"), "{err}");
         assert!(!err.contains("team"), "{err}");
+    }
+
+    #[test]
+    fn the_hash_goes_on_the_pool_and_on_claims_of_another_version_only() {
+        let p = pool("default", json!({}));
+        let mut fresh = claim("default-a", "2", None);
+        let mut old = claim("default-b", "2", None);
+        fresh.metadata.annotations = Some(BTreeMap::from([
+            (annotation::NODEPOOL_HASH.into(), "whatever-it-was".into()),
+            (
+                annotation::NODEPOOL_HASH_VERSION.into(),
+                hash::NODEPOOL_HASH_VERSION.into(),
+            ),
+        ]));
+        old.metadata.annotations = Some(BTreeMap::from([(
+            annotation::NODEPOOL_HASH_VERSION.into(),
+            "v2".into(),
+        )]));
+        let (patch, pool_stale, stale) = hash_patch(&p, &[&fresh, &old]);
+        assert!(pool_stale, "an unstamped pool is stamped");
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(
+            annotations[annotation::NODEPOOL_HASH],
+            hash::nodepool_hash(&p.spec)
+        );
+        // A claim of today's version keeps its hash even when it differs: that is drift.
+        assert_eq!(
+            stale.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+            ["default-b"]
+        );
+        let mut stamped = p.clone();
+        stamped.metadata.annotations = annotations.as_object().map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect()
+        });
+        assert!(!hash_patch(&stamped, &[]).1);
     }
 
     #[test]

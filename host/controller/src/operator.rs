@@ -20,8 +20,10 @@ use crate::metrics::Metrics;
 use crate::nodeclass;
 use crate::provisioning::Provisioner;
 use crate::provisioning::catalog::{CatalogOptions, LiveCatalog, UnavailableOfferings};
+use crate::repair::Repairer;
 use crate::retry::Backoff;
 use crate::state::{Change, ClusterState};
+use crate::static_capacity::StaticCapacity;
 use crate::supervisor::Supervisor;
 use crate::termination::Terminator;
 use kakaocloud::ownership::KeyringHandle;
@@ -164,6 +166,24 @@ impl Operator {
             unavailable,
         ));
         let recorder = Events::recorder(kube.clone());
+        let static_capacity = Arc::new(StaticCapacity {
+            client: kube.clone(),
+            state: state.clone(),
+            catalog: catalog.clone(),
+            ranker: plugins.ranker.clone(),
+            metrics: metrics.clone(),
+            events: Events::new(recorder.clone(), "Static"),
+        });
+        // Upstream's NodeRepair gate: off unless FEATURE_GATES says NodeRepair=true.
+        let repair = settings.node_repair.then(|| {
+            Arc::new(Repairer {
+                client: kube.clone(),
+                state: state.clone(),
+                metrics: metrics.clone(),
+                events: Events::new(recorder.clone(), "Repair"),
+                toleration: settings.node_repair_toleration,
+            })
+        });
         let provisioner = Arc::new(Provisioner::new(
             kube.clone(),
             state.clone(),
@@ -257,6 +277,10 @@ impl Operator {
         supervisor.spawn("lifecycle", async move { l.run(feeds.lifecycle).await });
         supervisor.spawn("termination", terminator.run(feeds.termination));
         supervisor.spawn("disruption", disrupter.run());
+        supervisor.spawn("static-capacity", static_capacity.run());
+        if let Some(repair) = repair {
+            supervisor.spawn("node-repair", repair.run());
+        }
         supervisor.spawn("garbage-collection", collector.run());
         supervisor.spawn(
             "pod-events",

@@ -66,6 +66,7 @@ pub const VARIABLES: &[&str] = &[
     "KUBELET_MAX_PODS",
     "METRICS_PORT",
     "KEYRING_SECRET",
+    "FEATURE_GATES",
 ];
 
 /// How logs are written.

@@ -589,6 +589,22 @@ impl ClusterState {
             .collect()
     }
 
+    /// Every DaemonSet's pod template, as a pod: what each new node must also hold.
+    pub fn daemonset_pods(&self) -> Vec<Pod> {
+        self.daemonsets
+            .state()
+            .iter()
+            .filter_map(|ds| {
+                let t = ds.spec.as_ref()?.template.clone();
+                Some(Pod {
+                    metadata: t.metadata.unwrap_or_default(),
+                    spec: t.spec,
+                    status: None,
+                })
+            })
+            .collect()
+    }
+
     /// The Node called `name`, as last watched.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(&reflector::ObjectRef::new(name))

@@ -44,6 +44,10 @@ pub(crate) const NAME_LENGTH_RULE: (&str, &str) = (
         type_ = "string",
         json_path = ".spec.template.spec.nodeClassRef.name"
     ),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    ),
     printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
     printcolumn(
         name = "Ready",
@@ -75,9 +79,15 @@ pub(crate) const NAME_LENGTH_RULE: (&str, &str) = (
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
 pub struct NodePoolSpec {
     /// What NodeClaims made from this NodePool look like.
     pub template: NodeClaimTemplate,
+    /// A static NodePool: keep exactly this many nodes, whatever the pods need (upstream's
+    /// static capacity). Provisioning and consolidation leave it alone; `kubectl scale` sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
     /// When and how nodes of this NodePool may be disrupted.
     #[serde(default)]
     pub disruption: Disruption,
@@ -164,6 +174,17 @@ pub enum ConsolidationPolicy {
     WhenEmpty,
     #[default]
     WhenEmptyOrUnderutilized,
+    /// Underutilized nodes too, but only moves whose saving is worth their disruption
+    /// (upstream v1.14's policy: a move's share of the pool's cost saved must be at least half
+    /// its share of the pool's disruption).
+    Balanced,
+}
+
+impl ConsolidationPolicy {
+    /// Whether nodes with pods are consolidated, not only empty ones.
+    pub fn consolidates_underutilized(self) -> bool {
+        self != ConsolidationPolicy::WhenEmpty
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -201,6 +222,29 @@ impl Default for Disruption {
             consolidation_policy: ConsolidationPolicy::default(),
             budgets: default_budgets(),
         }
+    }
+}
+
+fn spec_rules(s: &mut Schema) {
+    add_rules(
+        s,
+        &[
+            (
+                "has(self.replicas) == has(oldSelf.replicas)",
+                "Cannot transition NodePool between static (replicas) and dynamic (no replicas) modes",
+            ),
+            (
+                "!has(self.replicas) || !has(self.limits) || self.limits.all(k, k == 'nodes')",
+                "a static NodePool (replicas) may only limit 'nodes'",
+            ),
+        ],
+    );
+}
+
+impl NodePoolSpec {
+    /// Whether this is a static NodePool (`replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
     }
 }
 

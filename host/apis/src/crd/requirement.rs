@@ -19,6 +19,10 @@ pub enum Operator {
     DoesNotExist,
     Gt,
     Lt,
+    /// Greater than or equal (upstream's inclusive bounds; NodePool and NodeClaim only, pods
+    /// cannot use them).
+    Gte,
+    Lte,
 }
 
 /// `{key, operator, values, minValues}`: a node selector requirement that can
@@ -66,8 +70,8 @@ pub(crate) fn requirements_rules(schema: &mut Schema) {
                 "requirements with operator 'In' must have a value defined",
             ),
             (
-                "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
-                "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+                "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+                "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value",
             ),
             (
                 "self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)",
@@ -109,20 +113,78 @@ impl Requirement {
             Operator::NotIn => value.is_none_or(|v| self.values.iter().all(|x| x != v)),
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
-            Operator::Gt | Operator::Lt => {
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let (Some(bound), Some(actual)) = (
                     self.values.first().and_then(|b| b.parse::<i64>().ok()),
                     value.and_then(|v| v.parse::<i64>().ok()),
                 ) else {
                     return false;
                 };
-                if self.operator == Operator::Gt {
-                    actual > bound
-                } else {
-                    actual < bound
+                match self.operator {
+                    Operator::Gt => actual > bound,
+                    Operator::Lt => actual < bound,
+                    Operator::Gte => actual >= bound,
+                    _ => actual <= bound,
                 }
             }
         }
+    }
+
+    /// The requirement as a Kubernetes node selector requirement `(operator, values)`: an
+    /// inclusive bound becomes the exclusive one a step out (`Gte 4` is `Gt 3`), the only form
+    /// node affinity and the scheduler know; on integers both select the same values.
+    pub fn selector_form(&self) -> (&'static str, Vec<String>) {
+        let step = |delta: i64| -> Vec<String> {
+            self.values
+                .iter()
+                .map(|v| {
+                    v.parse::<i64>()
+                        .map(|n| n.saturating_add(delta).to_string())
+                        .unwrap_or_else(|_| v.clone())
+                })
+                .collect()
+        };
+        match self.operator {
+            Operator::In => ("In", self.values.clone()),
+            Operator::NotIn => ("NotIn", self.values.clone()),
+            Operator::Exists => ("Exists", Vec::new()),
+            Operator::DoesNotExist => ("DoesNotExist", Vec::new()),
+            Operator::Gt => ("Gt", self.values.clone()),
+            Operator::Lt => ("Lt", self.values.clone()),
+            Operator::Gte => ("Gt", step(-1)),
+            Operator::Lte => ("Lt", step(1)),
+        }
+    }
+
+    /// The inverse of [`Requirement::selector_form`] for one node selector requirement; `None`
+    /// for an operator a NodeClaim cannot carry. A lower bound below zero is written back as
+    /// the inclusive `Gte` (the schema takes only non-negative bounds).
+    pub fn from_selector_form(
+        key: &str,
+        operator: &str,
+        values: Vec<String>,
+        min_values: Option<u32>,
+    ) -> Option<Self> {
+        let negative = values
+            .first()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|n| *n < 0);
+        let (operator, values) = match (operator, negative) {
+            ("Gt", Some(n)) => (Operator::Gte, vec![(n + 1).to_string()]),
+            ("In", _) => (Operator::In, values),
+            ("NotIn", _) => (Operator::NotIn, values),
+            ("Exists", _) => (Operator::Exists, values),
+            ("DoesNotExist", _) => (Operator::DoesNotExist, values),
+            ("Gt", _) => (Operator::Gt, values),
+            ("Lt", _) => (Operator::Lt, values),
+            _ => return None,
+        };
+        Some(Requirement {
+            key: key.to_owned(),
+            operator,
+            values,
+            min_values,
+        })
     }
 }
 
@@ -162,6 +224,32 @@ mod tests {
         let r = Requirement::new("cpu", Operator::Lt, &["4"]);
         assert!(r.allows(Some("2")));
         assert!(!r.allows(Some("16")));
+    }
+
+    #[test]
+    fn gte_lte_are_inclusive_and_become_gt_lt_a_step_out() {
+        let gte = Requirement::new("cpu", Operator::Gte, &["4"]);
+        assert!(gte.allows(Some("4")) && gte.allows(Some("8")));
+        assert!(!gte.allows(Some("3")));
+        assert_eq!(gte.selector_form(), ("Gt", vec!["3".to_owned()]));
+        let lte = Requirement::new("cpu", Operator::Lte, &["4"]);
+        assert!(lte.allows(Some("4")) && !lte.allows(Some("5")));
+        assert_eq!(lte.selector_form(), ("Lt", vec!["5".to_owned()]));
+        // Gte 0 is Gt -1 to the scheduler, and goes back on a NodeClaim as Gte 0.
+        let zero = Requirement::new("gpu", Operator::Gte, &["0"]);
+        let (op, values) = zero.selector_form();
+        assert_eq!(
+            Requirement::from_selector_form("gpu", op, values, None),
+            Some(zero)
+        );
+        assert_eq!(
+            Requirement::from_selector_form("cpu", "Gt", vec!["3".into()], None),
+            Some(Requirement::new("cpu", Operator::Gt, &["3"]))
+        );
+        assert_eq!(
+            Requirement::from_selector_form("cpu", "Foo", vec![], None),
+            None
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde_json::json;
 use kk_apis::NodeClaim;
 use kk_apis::crd::conditions::DesiredCondition;
 use kk_apis::names::{condition, label, taint};
+use kk_engine::scheduling::resources::parse_milli;
 use kk_engine::scheduling::translate;
 
 use super::{Lifecycle, LifecycleError, taint_eq};
@@ -22,6 +23,9 @@ pub(super) enum Initialization {
     NotReady,
     /// A startup or ephemeral taint is still on the Node.
     Tainted(String),
+    /// A resource the NodeClaim requested (a GPU, say) has no allocatable on the Node yet: its
+    /// device plugin has not registered it, and pods needing it cannot land.
+    ResourceNotRegistered(String),
 }
 
 impl Initialization {
@@ -43,6 +47,11 @@ impl Initialization {
                 condition::INITIALIZED,
                 "StartupTaintsExist",
                 format!("StartupTaint {key:?} still exists"),
+            ),
+            Initialization::ResourceNotRegistered(name) => DesiredCondition::unknown(
+                condition::INITIALIZED,
+                "ResourceNotRegistered",
+                format!("Resource {name:?} was requested but not registered"),
             ),
         }
     }
@@ -77,10 +86,30 @@ pub(super) fn initialization(nc: &NodeClaim, node: &Node, cilium: bool) -> Initi
                 || startup.iter().any(|s| taint_eq(s, t))
                 || (cilium && t.key == taint::CILIUM_AGENT_NOT_READY)
         });
-    match blocking {
-        Some(t) => Initialization::Tainted(t.key.clone()),
+    if let Some(t) = blocking {
+        return Initialization::Tainted(t.key.clone());
+    }
+    match unregistered_resource(nc, node) {
+        Some(name) => Initialization::ResourceNotRegistered(name),
         None => Initialization::Done,
     }
+}
+
+/// The first resource `nc` requests (non-zero) that `node` does not allocate yet (upstream's
+/// `RequestedResourcesRegistered`: the kubelet zeroes extended resources until their device
+/// plugin registers them).
+fn unregistered_resource(nc: &NodeClaim, node: &Node) -> Option<String> {
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let zero = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.and_then(|q| parse_milli(&q.0)).unwrap_or(0) == 0
+    };
+    nc.spec
+        .resources
+        .as_ref()?
+        .requests
+        .iter()
+        .find(|&(name, q)| !zero(Some(q)) && zero(allocatable.and_then(|a| a.get(name))))
+        .map(|(name, _)| name.clone())
 }
 
 impl Lifecycle {
@@ -131,6 +160,29 @@ mod tests {
             node(json!([{"key": "team", "effect": "NoSchedule"}]), json!({})),
             "True",
         );
+        assert_eq!(initialization(&nc, &n, false), Initialization::Done);
+    }
+
+    #[test]
+    fn a_requested_gpu_holds_initialization_until_the_node_allocates_it() {
+        let mut nc = claim(json!([]), json!([]));
+        nc.spec.resources = serde_json::from_value(
+            json!({"requests": {"cpu": "1", "nvidia.com/gpu": "1", "example.com/zero": "0"}}),
+        )
+        .unwrap();
+        let with = |allocatable: serde_json::Value| {
+            let mut n = ready(node(json!([]), json!({})), "True");
+            n.status.as_mut().unwrap().allocatable = serde_json::from_value(allocatable).unwrap();
+            n
+        };
+        let n = with(json!({"cpu": "4", "nvidia.com/gpu": "0"}));
+        let state = initialization(&nc, &n, false);
+        assert_eq!(
+            state,
+            Initialization::ResourceNotRegistered("nvidia.com/gpu".into())
+        );
+        assert_eq!(state.condition().reason, "ResourceNotRegistered");
+        let n = with(json!({"cpu": "4", "nvidia.com/gpu": "1"}));
         assert_eq!(initialization(&nc, &n, false), Initialization::Done);
     }
 

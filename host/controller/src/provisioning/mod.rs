@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::PostParams;
 use kube::runtime::events::{EventType, Recorder};
@@ -261,7 +260,8 @@ impl Provisioner {
                 .nodepools
                 .state()
                 .into_iter()
-                .filter(|np| is_managed_pool(np))
+                // Static NodePools keep their own count (`static_capacity`), whatever pods need.
+                .filter(|np| is_managed_pool(np) && !np.spec.is_static())
                 .filter(|np| {
                     // Skip pools whose KCNodeClass is missing or reported not Ready.
                     let name = &np.spec.template.spec.node_class_ref.name;
@@ -356,20 +356,7 @@ impl Provisioner {
                 existing.push(translate::inflight_node(nc, &catalog));
             }
         }
-        let daemonsets: Vec<Pod> = self
-            .state
-            .daemonsets
-            .state()
-            .iter()
-            .filter_map(|ds: &Arc<DaemonSet>| {
-                let t = ds.spec.as_ref()?.template.clone();
-                Some(Pod {
-                    metadata: t.metadata.unwrap_or_default(),
-                    spec: t.spec,
-                    status: None,
-                })
-            })
-            .collect();
+        let daemonsets = self.state.daemonset_pods();
 
         let started = Instant::now();
         // The simulation (and the selector plugin it calls) is CPU-bound: off the async workers.

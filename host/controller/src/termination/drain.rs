@@ -13,6 +13,9 @@ use kk_apis::names::taint;
 use kk_apis::pod::{do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_terminal};
 use kube::ResourceExt;
 
+/// How long past its deletion time a terminating pod is waited for.
+const STUCK_TERMINATING: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
 /// Priority classes upstream drains last.
 const CRITICAL: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
 
@@ -24,6 +27,16 @@ fn group(pod: &Pod) -> u8 {
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| CRITICAL.contains(&c));
     u8::from(critical) * 2 + u8::from(is_daemonset_pod(pod))
+}
+
+/// The pod's `terminationGracePeriodSeconds` (the API's default, 30 s, when unset).
+fn grace_period(pod: &Pod) -> jiff::SignedDuration {
+    let secs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    jiff::SignedDuration::from_secs(secs.max(0))
 }
 
 /// Whether the pod tolerates the taint a draining node carries (it would be scheduled back).
@@ -97,11 +110,25 @@ pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainS
     // The first group with pods left acts; later groups wait for it (all go once expired).
     let current = drained.iter().map(|p| group(p)).min().unwrap_or(0);
     for pod in drained {
-        if pod.metadata.deletion_timestamp.is_some() {
-            out.terminating += 1;
+        if let Some(deleted) = &pod.metadata.deletion_timestamp {
+            // Upstream ignores a pod still terminating a minute past its grace period: its
+            // kubelet is gone, and nothing will ever confirm the deletion.
+            let stuck = deleted
+                .0
+                .checked_add(STUCK_TERMINATING)
+                .is_ok_and(|t| now > t);
+            if !stuck {
+                out.terminating += 1;
+            }
             continue;
         }
-        if !expired && group(pod) != current {
+        // Deleted early enough to get its whole grace period before the node's deadline
+        // (upstream's `DeleteExpiringPods`), whatever its group.
+        let due = expired
+            || deadline
+                .and_then(|d| d.checked_sub(grace_period(pod)).ok())
+                .is_some_and(|t| now >= t);
+        if !due && group(pod) != current {
             out.waiting += 1;
             continue;
         }
@@ -109,9 +136,9 @@ pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainS
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
         };
-        if expired {
+        if due {
             out.delete.push(r);
-        } else if do_not_disrupt(pod) {
+        } else if do_not_disrupt(pod, now) {
             out.held.push(r);
         } else {
             out.evict.push(r);
@@ -251,6 +278,25 @@ mod tests {
     }
 
     #[test]
+    fn pods_are_deleted_early_enough_to_get_their_grace_period_before_the_deadline() {
+        let mut slow = pod("slow", json!({}));
+        slow.spec.as_mut().unwrap().termination_grace_period_seconds = Some(60);
+        let quick = pod("quick", json!({}));
+        let deadline = Some(at(100));
+        let s = step(&[slow.clone(), quick.clone()], at(39), deadline);
+        assert_eq!(s.evict.len(), 2, "both still evicted: {s:?}");
+        let s = step(&[slow.clone(), quick.clone()], at(40), deadline);
+        assert_eq!(
+            s.delete.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            ["slow"]
+        );
+        assert_eq!(s.evict.len(), 1);
+        // The default 30 s grace period is honoured too.
+        let s = step(&[slow, quick], at(70), deadline);
+        assert_eq!(s.delete.len(), 2);
+    }
+
+    #[test]
     fn terminating_pods_are_waited_for() {
         let mut going = pod("going", json!({}));
         going.metadata.deletion_timestamp = Some(Time(at(5)));
@@ -258,5 +304,9 @@ mod tests {
         assert_eq!(s.terminating, 1);
         assert!(!s.is_done());
         assert!(step(&[], at(10), None).is_done());
+        // A minute past its deletion time it is stuck (its kubelet is gone): not waited for.
+        let mut stuck = pod("stuck", json!({}));
+        stuck.metadata.deletion_timestamp = Some(Time(at(5)));
+        assert!(step(&[stuck], at(66), None).is_done());
     }
 }

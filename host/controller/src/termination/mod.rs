@@ -11,7 +11,7 @@
 
 pub mod drain;
 
-use kk_apis::names::{annotation, finalizer, label, taint};
+use kk_apis::names::{annotation, condition, finalizer, label, taint};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::claim_conditions::{self, Change};
 use crate::events::Events;
 use crate::metrics::{ActionLabel, Metrics, NodePoolReason};
 use crate::retry::{Backoff, RetryHint};
@@ -33,6 +34,7 @@ use crate::state::{ClusterState, Feeds};
 use kakaocloud::ownership::KeyringHandle;
 use kakaocloud::{self, DeleteOwnedError};
 use kk_apis::crd::NodeClaim;
+use kk_apis::crd::conditions::DesiredCondition;
 use kk_apis::pod::pdb_blocked;
 use kk_apis::provider_id::parse_provider_id;
 use tracing::instrument;
@@ -114,6 +116,18 @@ impl Terminator {
             .publish(&nc.object_ref(&()), type_, reason, note);
     }
 
+    /// Upstream's termination conditions on the NodeClaim, written only when they change.
+    async fn mark<const N: usize>(
+        &self,
+        nc: &NodeClaim,
+        desired: [DesiredCondition; N],
+    ) -> Result<(), Error> {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let changes = desired.map(Change::Set);
+        claim_conditions::apply(&api, nc, &changes).await?;
+        Ok(())
+    }
+
     fn pool(nc: &NodeClaim) -> String {
         nc.labels()
             .get(label::NODEPOOL)
@@ -177,6 +191,17 @@ impl Terminator {
             && let Some(wait) = self.drain(nc, node).await?
         {
             return Ok(Action::requeue(wait));
+        }
+        if nc.status.as_ref().is_some_and(|s| s.provider_id.is_some()) {
+            self.mark(
+                nc,
+                [DesiredCondition::truthy(
+                    condition::INSTANCE_TERMINATING,
+                    condition::INSTANCE_TERMINATING,
+                    "",
+                )],
+            )
+            .await?;
         }
         if !self.delete_instance(nc).await? {
             return Ok(Action::requeue(self.poll));
@@ -362,6 +387,8 @@ impl Terminator {
             );
         }
         if !step.is_done() {
+            let draining = DesiredCondition::unknown(condition::DRAINED, "Draining", "Draining");
+            self.mark(nc, [draining]).await?;
             let wait = if blocked.is_empty() && step.held.is_empty() {
                 self.poll
             } else {
@@ -369,19 +396,35 @@ impl Terminator {
             };
             return Ok(Some(wait));
         }
+        let drained = DesiredCondition::truthy(condition::DRAINED, condition::DRAINED, "");
         let expired = deadline.is_some_and(|d| Timestamp::now() >= d);
-        if !expired {
-            let attached = self
-                .state
-                .volume_attachments
-                .state()
-                .iter()
-                .filter(|a| a.spec.node_name == name)
-                .count();
-            if attached > 0 {
-                tracing::info!(Node = %name, attached, "waiting for volumes to detach");
-                return Ok(Some(self.poll));
-            }
+        let attached = self
+            .state
+            .volume_attachments
+            .state()
+            .iter()
+            .filter(|a| a.spec.node_name == name)
+            .count();
+        // Volumes are waited for until the grace period ends (upstream's awaitVolumeDetachment).
+        let volumes = if expired {
+            DesiredCondition::falsy(
+                condition::VOLUMES_DETACHED,
+                "TerminationGracePeriodElapsed",
+                "TerminationGracePeriodElapsed",
+            )
+        } else if attached > 0 {
+            DesiredCondition::unknown(
+                condition::VOLUMES_DETACHED,
+                "AwaitingVolumeDetachment",
+                "AwaitingVolumeDetachment",
+            )
+        } else {
+            DesiredCondition::truthy(condition::VOLUMES_DETACHED, condition::VOLUMES_DETACHED, "")
+        };
+        self.mark(nc, [drained, volumes]).await?;
+        if !expired && attached > 0 {
+            tracing::info!(Node = %name, attached, "waiting for volumes to detach");
+            return Ok(Some(self.poll));
         }
         Ok(None)
     }
@@ -437,8 +480,22 @@ impl Terminator {
     }
 }
 
-/// When the NodeClaim's terminationGracePeriod, counted from its deletion, ends.
+/// When the NodeClaim's terminationGracePeriod, counted from its deletion, ends; an earlier
+/// `karpenter.sh/nodeclaim-termination-timestamp` (node repair sets it to the deletion time)
+/// wins.
 fn grace_deadline(nc: &NodeClaim) -> Option<Timestamp> {
+    let marked = nc
+        .annotations()
+        .get(annotation::NODECLAIM_TERMINATION_TIMESTAMP)
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    match (marked, grace_period_end(nc)) {
+        (Some(m), Some(g)) => Some(m.min(g)),
+        (m, g) => m.or(g),
+    }
+}
+
+/// The deletion time plus `terminationGracePeriod`.
+fn grace_period_end(nc: &NodeClaim) -> Option<Timestamp> {
     let deleted = nc.metadata.deletion_timestamp.as_ref()?.0;
     let grace = nc.spec.termination_grace_period?;
     let span = jiff::SignedDuration::try_from(grace.0).ok()?;

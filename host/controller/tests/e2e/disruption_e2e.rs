@@ -134,6 +134,7 @@ async fn underutilized_nodes_are_packed_and_the_hourly_price_falls() {
     env.wait_running(&ns, "small", 4).await;
     let before = env.claims_of("pack").await.len();
     assert!(before >= 4);
+    let conditions = env.record_conditions();
     let instances_before = live_instances(&env);
     let price_before = eventually("the hourly price of four nodes", || async {
         hourly_price(&env).filter(|p| *p > 0.0)
@@ -164,6 +165,29 @@ async fn underutilized_nodes_are_packed_and_the_hourly_price_falls() {
     })
     .await;
     assert!(price_after > 0.0, "one node still runs");
+    // Upstream's status on the way: consolidatable after consolidateAfter, then the reason the
+    // command took it, on a NodeClaim that is gone now.
+    let gone: Vec<String> = conditions_seen_on_gone(&env, &conditions).await;
+    assert!(
+        gone.iter().any(
+            |c| conditions.saw(c, "Consolidatable", "True", "Consolidatable")
+                && (conditions.saw(c, "DisruptionReason", "True", "Underutilized")
+                    || conditions.saw(c, "DisruptionReason", "True", "Empty"))
+        ),
+        "a consolidated NodeClaim was Consolidatable, then held for Underutilized or Empty: {:?}",
+        gone.iter()
+            .map(|c| (c, conditions.of(c)))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The NodeClaims the log saw that no longer exist.
+async fn conditions_seen_on_gone(env: &Env, log: &support::ConditionLog) -> Vec<String> {
+    let live: BTreeSet<String> = env.nodeclaims().await.iter().map(claim_name).collect();
+    log.claims()
+        .into_iter()
+        .filter(|c| !live.contains(c))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,12 +211,25 @@ async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
     let pods = env.wait_running(&ns, "guarded", 1).await;
     let pod_name = pods[0].metadata.name.clone().unwrap();
     let claim = env.claims_of("karpenter-default").await.remove(0);
-    delete_claim(&env, &claim_name(&claim)).await;
+    let name = claim_name(&claim);
+    let conditions = env.record_conditions();
+    delete_claim(&env, &name).await;
 
     eventually("an EvictionBlocked event", || async {
         (!env.events("EvictionBlocked").await.is_empty()).then_some(())
     })
     .await;
+    eventually("Drained=Unknown (Draining) while the PDB holds", || async {
+        conditions
+            .saw(&name, "Drained", "Unknown", "Draining")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !conditions.saw(&name, "Drained", "True", "Drained"),
+        "not drained while the pod stays: {:?}",
+        conditions.of(&name)
+    );
     let pod_api: Api<Pod> = Api::namespaced(env.kube.clone(), &ns);
     assert!(
         pod_api
@@ -252,6 +289,17 @@ async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
         },
     )
     .await;
+    for (type_, status) in [
+        ("Drained", "True"),
+        ("VolumesDetached", "True"),
+        ("InstanceTerminating", "True"),
+    ] {
+        assert!(
+            conditions.saw(&name, type_, status, type_),
+            "{type_}={status} on the way out: {:?}",
+            conditions.of(&name)
+        );
+    }
     // Nothing is lost: the deployment's pod runs again, on a new node.
     env.wait_running(&ns, "guarded", 1).await;
 }
@@ -463,6 +511,7 @@ async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
         .and_then(|s| s.image_id.clone())
         .unwrap();
 
+    let conditions = env.record_conditions();
     // One minor below the control plane resolves to another worker image.
     let classes: Api<kk_apis::crd::KCNodeClass> = Api::all(env.kube.clone());
     let patch = json!({"spec": {"bootstrap": {"kubernetesVersion": "1.34"}}});
@@ -497,6 +546,13 @@ async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
             .image_id
             .unwrap()
             .contains("k8s134")
+    );
+    let old_name = claim_name(&old);
+    assert!(
+        conditions.saw(&old_name, "Drifted", "True", "NodeClassDrifted")
+            && conditions.saw(&old_name, "DisruptionReason", "True", "Drifted"),
+        "the old NodeClaim was Drifted (NodeClassDrifted), then held for Drifted: {:?}",
+        conditions.of(&old_name)
     );
     env.wait_running(&ns, "drifty", 1).await;
 }

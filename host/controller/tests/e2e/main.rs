@@ -6,6 +6,7 @@
 
 mod support;
 
+mod capacity_removal;
 mod chart_failover;
 mod chart_install;
 mod chart_render;

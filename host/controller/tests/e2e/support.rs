@@ -518,3 +518,76 @@ pub fn label<'a>(node: &'a Node, key: &str) -> &'a str {
         .map(String::as_str)
         .unwrap_or("")
 }
+
+/// Every NodeClaim condition seen, per NodeClaim, while it lasts: `(type, status, reason)`.
+/// Conditions a NodeClaim holds only for a moment (`DisruptionReason`, `Drained`) show up too,
+/// since the watch delivers each write and the deletion carries the final object.
+#[derive(Clone, Default)]
+pub struct ConditionLog(Arc<std::sync::Mutex<SeenConditions>>);
+
+/// NodeClaim name -> every `(type, status, reason)` it was seen with.
+type SeenConditions =
+    std::collections::BTreeMap<String, std::collections::BTreeSet<(String, String, String)>>;
+
+impl ConditionLog {
+    /// Whether NodeClaim `claim` was seen with condition `type_` at `status` for `reason`.
+    pub fn saw(&self, claim: &str, type_: &str, status: &str, reason: &str) -> bool {
+        self.0.lock().unwrap().get(claim).is_some_and(|seen| {
+            seen.contains(&(type_.to_owned(), status.to_owned(), reason.to_owned()))
+        })
+    }
+
+    /// Every NodeClaim seen.
+    pub fn claims(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// What was seen of `claim`, for failure messages.
+    pub fn of(&self, claim: &str) -> Vec<(String, String, String)> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(claim)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Env {
+    /// Records NodeClaim conditions from now on (until the test ends).
+    pub fn record_conditions(&self) -> ConditionLog {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let log = ConditionLog::default();
+        let sink = log.clone();
+        let api: Api<crd::NodeClaim> = Api::all(self.kube.clone());
+        tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                let claims = match event {
+                    Ok(
+                        watcher::Event::Apply(c)
+                        | watcher::Event::Delete(c)
+                        | watcher::Event::InitApply(c),
+                    ) => vec![c],
+                    _ => continue,
+                };
+                let mut seen = sink.0.lock().unwrap();
+                for c in claims {
+                    let entry = seen
+                        .entry(c.metadata.name.clone().unwrap_or_default())
+                        .or_default();
+                    for cond in c.status.iter().flat_map(|s| s.conditions.iter()) {
+                        entry.insert((
+                            cond.type_.clone(),
+                            cond.status.clone(),
+                            cond.reason.clone(),
+                        ));
+                    }
+                }
+            }
+        });
+        log
+    }
+}

@@ -48,7 +48,7 @@ fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
     state.daemonset = is_daemonset_pod(pod);
     state.mirror = is_mirror_pod(pod);
     state.terminating = pod.metadata.deletion_timestamp.is_some() || is_terminal(pod);
-    state.do_not_disrupt = do_not_disrupt(pod);
+    state.do_not_disrupt = do_not_disrupt(pod, o.now);
     state.pdb_blocked = pdb_blocked(pod, pdbs.iter().map(Arc::as_ref));
     state.priority = spec.priority.unwrap_or(0);
     state.owner = pod
@@ -94,6 +94,7 @@ fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
     let mut state = PoolState::new(pool.name_any());
     let d = &pool.spec.disruption;
     state.weight = pool.spec.weight.unwrap_or(0);
+    state.is_static = pool.spec.is_static();
     state.consolidation_policy = d.consolidation_policy;
     state.consolidate_after = d.consolidate_after.duration();
     state.expire_after = pool.spec.template.spec.expire_after.duration();

@@ -26,12 +26,11 @@ pub fn detect(
     pool: &NodePool,
     class: Option<&KCNodeClass>,
 ) -> Option<DriftReason> {
-    // 1. NodePool template hash, same version only.
+    // 1. NodePool template hash, computed here (the NodePool's annotation is a copy for users
+    //    that lags a template change), compared only with a NodeClaim hash of the same version.
     let versions_match = annotation(&claim.metadata, annotation::NODEPOOL_HASH_VERSION)
-        == annotation(&pool.metadata, annotation::NODEPOOL_HASH_VERSION);
-    let pool_hash = annotation(&pool.metadata, annotation::NODEPOOL_HASH)
-        .map(str::to_owned)
-        .unwrap_or_else(|| hash::nodepool_hash(&pool.spec));
+        == Some(hash::NODEPOOL_HASH_VERSION);
+    let pool_hash = hash::nodepool_hash(&pool.spec);
     if versions_match
         && let Some(claim_hash) = annotation(&claim.metadata, annotation::NODEPOOL_HASH)
         && claim_hash != pool_hash
@@ -95,4 +94,61 @@ pub fn detect(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(taint: &str) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "c"},
+                "requirements": [],
+                "taints": [{"key": taint, "effect": "NoSchedule"}]
+            }}}
+        }))
+        .unwrap()
+    }
+
+    fn claim(annotations: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "p-1", "annotations": annotations},
+            "spec": {"nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "c"},
+                     "requirements": []}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_template_hash_drifts_only_between_hashes_of_one_version() {
+        let old = hash::nodepool_hash(&pool("a").spec);
+        let changed = pool("b");
+        let stamped = |version: &str| {
+            claim(
+                json!({annotation::NODEPOOL_HASH: old, annotation::NODEPOOL_HASH_VERSION: version}),
+            )
+        };
+        assert_eq!(
+            detect(&stamped(hash::NODEPOOL_HASH_VERSION), &changed, None),
+            Some(DriftReason::NodePoolDrifted)
+        );
+        assert_eq!(
+            detect(&stamped(hash::NODEPOOL_HASH_VERSION), &pool("a"), None),
+            None
+        );
+        // Another version (or none, from an older controller) is not compared.
+        assert_eq!(detect(&stamped("v2"), &changed, None), None);
+        assert_eq!(
+            detect(
+                &claim(json!({annotation::NODEPOOL_HASH: old})),
+                &changed,
+                None
+            ),
+            None
+        );
+    }
 }

@@ -10,7 +10,6 @@ use super::budgets::BudgetTracker;
 use super::model::{ClusterSnapshot, Reason};
 use super::plan::{self, Blocker, HELD, UNMODELLED};
 use super::simulate::{Outcome, Placement, Simulator};
-use kk_apis::crd::nodepool::ConsolidationPolicy;
 
 /// One node, explained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,9 +149,7 @@ pub fn node(snapshot: &ClusterSnapshot, name: &str) -> Option<NodeExplanation> {
     // A node-level blocker already keeps it from every method.
     if !node.is_empty() && node_blocker.is_none() {
         let pod_blocker = plan::blocker(snapshot, node);
-        if pool.is_some_and(|p| {
-            p.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized
-        }) {
+        if pool.is_some_and(|p| !p.consolidation_policy.consolidates_underutilized()) {
             consolidation(
                 true,
                 "consolidationPolicy is WhenEmpty: a node with pods is kept".into(),

@@ -36,6 +36,16 @@ impl Reason {
         }
     }
 
+    /// Upstream's spelling in conditions and Events (`DisruptionReason`, `DisruptionLaunching`).
+    pub fn as_condition_reason(&self) -> &'static str {
+        match self {
+            Reason::Empty => "Empty",
+            Reason::Underutilized => "Underutilized",
+            Reason::Drifted => "Drifted",
+            Reason::Expired => "Expired",
+        }
+    }
+
     /// The budget reason, for reasons budgets can name.
     pub fn budget_reason(&self) -> Option<kk_apis::crd::nodepool::DisruptionReason> {
         use kk_apis::crd::nodepool::DisruptionReason as R;
@@ -67,6 +77,14 @@ impl DriftReason {
             DriftReason::NodeClassDrifted(_) => "NodeClassDrifted",
         }
     }
+
+    /// The condition's message: what changed, where it is known.
+    pub fn message(&self) -> &str {
+        match self {
+            DriftReason::NodeClassDrifted(why) => why,
+            other => other.as_condition_reason(),
+        }
+    }
 }
 
 /// A NodePool's disruption settings and what a replacement node from it could be.
@@ -86,6 +104,9 @@ pub struct PoolState {
     pub labels: BTreeMap<String, String>,
     /// Template taints (a pod must tolerate them to move onto a replacement).
     pub taints: Vec<Taint>,
+    /// A static NodePool (`replicas`): never consolidated; its drifted and expired nodes are
+    /// deleted without a replacement, and the static controller brings the count back.
+    pub is_static: bool,
 }
 
 impl PoolState {
@@ -103,6 +124,7 @@ impl PoolState {
             requirements: Vec::new(),
             labels: BTreeMap::new(),
             taints: Vec::new(),
+            is_static: false,
         }
     }
 }

@@ -178,6 +178,26 @@ pub fn expired(snapshot: &ClusterSnapshot, node: &NodeState) -> bool {
     }
 }
 
+/// Whether node `i` belongs to a static NodePool.
+fn in_static_pool(snapshot: &ClusterSnapshot, i: usize) -> bool {
+    snapshot.nodes[i]
+        .node_pool
+        .as_deref()
+        .and_then(|p| snapshot.pool(p))
+        .is_some_and(|p| p.is_static)
+}
+
+/// A delete-only command: a static NodePool's controller replaces the node, not disruption.
+fn delete_only(snapshot: &ClusterSnapshot, method: Method, reason: Reason, i: usize) -> Command {
+    Command {
+        method,
+        reason,
+        candidates: vec![i],
+        replacement: None,
+        savings_micros: snapshot.nodes[i].price_micros as i64,
+    }
+}
+
 fn all_spot(snapshot: &ClusterSnapshot, nodes: &[usize]) -> bool {
     nodes
         .iter()
@@ -241,15 +261,14 @@ pub fn expiration(sim: &mut Simulator<'_>) -> Vec<Command> {
         if node_blocker(snapshot, node).is_some() || !expired(snapshot, node) {
             continue;
         }
-        let cmd =
-            command(sim, Method::Expiration, Reason::Expired, vec![i], false).unwrap_or(Command {
-                method: Method::Expiration,
-                reason: Reason::Expired,
-                candidates: vec![i],
-                replacement: None,
-                savings_micros: node.price_micros as i64,
-            });
-        out.push(cmd);
+        let cmd = if in_static_pool(snapshot, i) {
+            None
+        } else {
+            command(sim, Method::Expiration, Reason::Expired, vec![i], false)
+        };
+        out.push(
+            cmd.unwrap_or_else(|| delete_only(snapshot, Method::Expiration, Reason::Expired, i)),
+        );
     }
     out
 }
@@ -259,7 +278,10 @@ pub fn emptiness(sim: &mut Simulator<'_>, budgets: &mut BudgetTracker) -> Option
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
-        if !node.is_empty() || blocker(snapshot, node).is_some() || !consolidatable(snapshot, node)
+        if !node.is_empty()
+            || blocker(snapshot, node).is_some()
+            || !consolidatable(snapshot, node)
+            || in_static_pool(snapshot, i)
         {
             continue;
         }
@@ -302,7 +324,12 @@ pub fn drift(sim: &mut Simulator<'_>, budgets: &mut BudgetTracker) -> Option<Com
         if budgets.remaining(pool, Reason::Drifted) == 0 {
             continue;
         }
-        if let Some(cmd) = command(sim, Method::Drift, Reason::Drifted, vec![i], false) {
+        let cmd = if in_static_pool(snapshot, i) {
+            Some(delete_only(snapshot, Method::Drift, Reason::Drifted, i))
+        } else {
+            command(sim, Method::Drift, Reason::Drifted, vec![i], false)
+        };
+        if let Some(cmd) = cmd {
             budgets.take(pool, Reason::Drifted);
             return Some(cmd);
         }
@@ -380,7 +407,7 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
             continue;
         };
-        if pool.consolidation_policy != ConsolidationPolicy::WhenEmptyOrUnderutilized {
+        if !pool.consolidation_policy.consolidates_underutilized() || pool.is_static {
             continue;
         }
         match blocker(snapshot, node) {
@@ -405,10 +432,21 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
             unconsolidatable.push((i, HELD.to_owned()));
             continue;
         }
-        let outcome = simulate_single(sim, i).unwrap_or_else(|why| {
+        let mut outcome = simulate_single(sim, i).unwrap_or_else(|why| {
             unconsolidatable.push((i, why.to_owned()));
             Outcome::Infeasible
         });
+        let savings = match outcome {
+            Outcome::Delete => Some(node.price_micros as i64),
+            Outcome::Replace { price_micros, .. } => {
+                Some(node.price_micros as i64 - price_micros as i64)
+            }
+            Outcome::Infeasible => None,
+        };
+        if let Some(Err(why)) = savings.map(|s| balanced(snapshot, &[i], s)) {
+            unconsolidatable.push((i, why));
+            outcome = Outcome::Infeasible;
+        }
         let requested = node.requested();
         inputs.push(ScoreCandidate {
             node_name: node.name.clone(),
@@ -464,8 +502,69 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
     }
 }
 
-fn is_valid_consolidation(cmd: &Command) -> bool {
-    cmd.savings_micros > 0
+/// Upstream's Balanced constant: a move must score at least `1 / k`.
+pub const BALANCED_K: f64 = 2.0;
+
+/// A node's disruption in Balanced's terms: 1 for the node plus its pods' positive eviction costs.
+fn balanced_disruption(node: &NodeState) -> f64 {
+    1.0 + node
+        .reschedulable_pods()
+        .map(|p| p.eviction_cost().max(0.0))
+        .sum::<f64>()
+}
+
+/// Upstream's Balanced score of taking `nodes` away for `savings_micros`: the share of their
+/// NodePools' hourly cost saved over the share of the NodePools' disruption caused.
+pub fn balanced_score(snapshot: &ClusterSnapshot, nodes: &[usize], savings_micros: i64) -> f64 {
+    let pools: std::collections::BTreeSet<&str> = nodes
+        .iter()
+        .filter_map(|&i| snapshot.nodes[i].node_pool.as_deref())
+        .collect();
+    let in_pools = snapshot.nodes.iter().filter(|n| {
+        n.managed() && !n.deleting && n.node_pool.as_deref().is_some_and(|p| pools.contains(p))
+    });
+    let (cost, total) = in_pools.fold((0u64, 0f64), |(c, d), n| {
+        (c + n.price_micros, d + balanced_disruption(n))
+    });
+    let disruption: f64 = nodes
+        .iter()
+        .map(|&i| balanced_disruption(&snapshot.nodes[i]))
+        .sum();
+    if cost == 0 || total <= 0.0 || disruption <= 0.0 {
+        return 0.0;
+    }
+    (savings_micros as f64 / cost as f64) / (disruption / total)
+}
+
+/// `Err(why)` when a candidate's NodePool is `Balanced` and the move does not score `1 / k`.
+fn balanced(
+    snapshot: &ClusterSnapshot,
+    nodes: &[usize],
+    savings_micros: i64,
+) -> Result<(), String> {
+    let applies = nodes.iter().any(|&i| {
+        snapshot.nodes[i]
+            .node_pool
+            .as_deref()
+            .and_then(|p| snapshot.pool(p))
+            .is_some_and(|p| p.consolidation_policy == ConsolidationPolicy::Balanced)
+    });
+    if !applies {
+        return Ok(());
+    }
+    let score = balanced_score(snapshot, nodes, savings_micros);
+    if score >= 1.0 / BALANCED_K {
+        Ok(())
+    } else {
+        Err(format!(
+            "Balanced: the saving is not worth the disruption (score {score:.2} < {:.2})",
+            1.0 / BALANCED_K
+        ))
+    }
+}
+
+fn is_valid_consolidation(snapshot: &ClusterSnapshot, cmd: &Command) -> bool {
+    cmd.savings_micros > 0 && balanced(snapshot, &cmd.candidates, cmd.savings_micros).is_ok()
 }
 
 /// Multi-node consolidation: the largest prefix of the scored order (within budgets, at most
@@ -501,7 +600,7 @@ pub fn multi_node(
             prefix[..mid].to_vec(),
             true,
         )
-        .filter(is_valid_consolidation)
+        .filter(|c| is_valid_consolidation(snapshot, c))
         {
             Some(cmd) => {
                 best = Some(cmd);
@@ -532,7 +631,7 @@ pub fn single_node(
             vec![i],
             true,
         )
-        .filter(is_valid_consolidation)
+        .filter(|c| is_valid_consolidation(snapshot, c))
         {
             return Some(cmd);
         }
@@ -619,6 +718,10 @@ pub fn still_valid(cmd: &Command, earlier: &ClusterSnapshot, now: &ClusterSnapsh
             return false;
         }
         nodes.push(j);
+    }
+    // A static NodePool's node is deleted, not replaced: nothing to re-simulate.
+    if nodes.iter().all(|&j| in_static_pool(now, j)) {
+        return true;
     }
     let mut sim = Simulator::new(now);
     let require_saving = matches!(cmd.reason, Reason::Empty | Reason::Underutilized);

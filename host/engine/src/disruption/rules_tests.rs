@@ -297,6 +297,69 @@ fn when_empty_policy_does_not_consolidate_busy_nodes() {
 }
 
 #[test]
+fn balanced_takes_only_moves_whose_saving_is_worth_their_disruption() {
+    // A 2xlarge that one large could replace, beside four full xlarge nodes: the pool costs
+    // 1.2/h and the move saves 0.3/h (a quarter of it).
+    let pool_with = |pods: &[u64]| {
+        let mut nodes = vec![node("big", "m2a.2xlarge", 8000, 400_000, pods)];
+        // Held by do-not-disrupt, so only "big" is a candidate (the full nodes' pods could
+        // otherwise move onto it and make a multi-node move worth it).
+        nodes.extend((0..4).map(|i| {
+            let mut full = node(&format!("full{i}"), "m2a.xlarge", 4000, 200_000, &[4000]);
+            full.do_not_disrupt = true;
+            full
+        }));
+        snapshot(nodes)
+    };
+    // Ten pods to evict: 11 of the pool's 19 disruption units for a quarter of its cost.
+    let mut busy = pool_with(&[150; 10]);
+    assert!(
+        plan(&busy, &SavingsPerDisruption).graceful.is_some(),
+        "WhenEmptyOrUnderutilized replaces it"
+    );
+    busy.pools[0].consolidation_policy = ConsolidationPolicy::Balanced;
+    let score = crate::disruption::plan::balanced_score(&busy, &[0], 300_000);
+    assert!((score - 0.25 / (11.0 / 19.0)).abs() < 1e-9, "{score}");
+    let p = plan(&busy, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    assert!(
+        p.scored
+            .unconsolidatable
+            .iter()
+            .any(|(i, why)| *i == 0 && why.starts_with("Balanced")),
+        "{:?}",
+        p.scored.unconsolidatable
+    );
+    // One pod to evict: 2 of 10 units for the same quarter, worth it.
+    let mut light = pool_with(&[1500]);
+    light.pools[0].consolidation_policy = ConsolidationPolicy::Balanced;
+    let cmd = plan(&light, &SavingsPerDisruption)
+        .graceful
+        .expect("replace");
+    assert_eq!(names(&cmd, &light), ["big"]);
+}
+
+#[test]
+fn a_static_pool_is_never_consolidated_and_its_drifted_node_is_deleted_not_replaced() {
+    let mut s = snapshot(vec![
+        node("idle", "m2a.xlarge", 4000, 200_000, &[]),
+        node("light", "m2a.2xlarge", 8000, 400_000, &[500]),
+    ]);
+    s.pools[0].is_static = true;
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    s.nodes[1].drift = Some(crate::disruption::DriftReason::NodePoolDrifted);
+    let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("drift");
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(names(&cmd, &s), ["light"]);
+    assert!(
+        cmd.replacement.is_none(),
+        "the static controller replaces it"
+    );
+    assert!(crate::disruption::plan::still_valid(&cmd, &s, &s));
+}
+
+#[test]
 fn drift_replaces_even_without_saving_and_respects_its_budget() {
     let mut s = snapshot(vec![
         node("old", "m2a.xlarge", 4000, 200_000, &[3000]),

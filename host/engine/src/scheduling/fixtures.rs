@@ -238,6 +238,7 @@ pub fn default_nodepool() -> NodePool {
     let mut np = NodePool::new(
         "default",
         NodePoolSpec {
+            replicas: None,
             template: NodeClaimTemplate {
                 metadata: None,
                 spec: NodeClaimTemplateSpec {

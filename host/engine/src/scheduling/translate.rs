@@ -17,29 +17,6 @@ use super::model::{ExistingNode, NodeClaimDraft, NodePoolInput, PoolRequirement}
 
 use super::resources::{self, Resources};
 
-fn operator_str(op: Operator) -> &'static str {
-    match op {
-        Operator::In => "In",
-        Operator::NotIn => "NotIn",
-        Operator::Exists => "Exists",
-        Operator::DoesNotExist => "DoesNotExist",
-        Operator::Gt => "Gt",
-        Operator::Lt => "Lt",
-    }
-}
-
-fn parse_operator(op: &str) -> Option<Operator> {
-    Some(match op {
-        "In" => Operator::In,
-        "NotIn" => Operator::NotIn,
-        "Exists" => Operator::Exists,
-        "DoesNotExist" => Operator::DoesNotExist,
-        "Gt" => Operator::Gt,
-        "Lt" => Operator::Lt,
-        _ => return None,
-    })
-}
-
 /// The zones a KCNodeClass can launch into: those of its resolved subnets (upstream filters a
 /// NodePool's offerings by its NodeClass's subnets the same way). `None` restricts nothing: no
 /// class, no subnet resolved yet, or a subnet whose zone is unknown.
@@ -70,13 +47,16 @@ pub fn nodepool_input(
         .spec
         .requirements
         .iter()
-        .map(|r| PoolRequirement {
-            requirement: NodeSelectorRequirement {
-                key: r.key.clone(),
-                operator: operator_str(r.operator).to_owned(),
-                values: (!r.values.is_empty()).then(|| r.values.clone()),
-            },
-            min_values: r.min_values,
+        .map(|r| {
+            let (operator, values) = r.selector_form();
+            PoolRequirement {
+                requirement: NodeSelectorRequirement {
+                    key: r.key.clone(),
+                    operator: operator.to_owned(),
+                    values: (!values.is_empty()).then_some(values),
+                },
+                min_values: r.min_values,
+            }
         })
         .collect();
     if let Some(zones) = nodeclass_zones(class) {
@@ -246,23 +226,26 @@ pub fn nodeclaim_for(draft: &NodeClaimDraft, pool: &NodePool, name: String) -> N
         annotation::NODEPOOL_HASH.to_owned(),
         kk_apis::hash::nodepool_hash(&pool.spec),
     );
+    annotations.insert(
+        annotation::NODEPOOL_HASH_VERSION.to_owned(),
+        kk_apis::hash::NODEPOOL_HASH_VERSION.to_owned(),
+    );
     let requirements = draft
         .requirements
         .iter()
         .filter_map(|r| {
-            let operator = parse_operator(&r.requirement.operator)?;
             let mut values = r.requirement.values.clone().unwrap_or_default();
             // The launch tries instance types in this list's order: keep the ranker's, not the
             // solver's sorted set (sorted, `c2a.2xlarge` would be tried before `c2a.large`).
-            if r.requirement.key == label::INSTANCE_TYPE && operator == Operator::In {
+            if r.requirement.key == label::INSTANCE_TYPE && r.requirement.operator == "In" {
                 values = ranked_subset(&draft.instance_types, &values);
             }
-            Some(Requirement {
-                key: r.requirement.key.clone(),
-                operator,
+            Requirement::from_selector_form(
+                &r.requirement.key,
+                &r.requirement.operator,
                 values,
-                min_values: r.min_values,
-            })
+                r.min_values,
+            )
         })
         .collect();
     let owner = pool.uid().map(|uid| OwnerReference {
