@@ -5,6 +5,7 @@
 //! termination controller drains them). One graceful command at a time, within budgets.
 
 use kk_apis::names::{label, taint};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,17 +20,22 @@ use serde_json::json;
 use crate::claim_conditions::{self, Change};
 use crate::events::Events;
 use crate::explain::{ExplainError, NodeExplainer};
-use crate::metrics::{DecisionLabels, Metrics, NodePoolReason};
+use crate::metrics::{
+    ConsolidationTypeLabel, DecisionLabels, InstanceTypeLabel, Metrics, MoveLabels,
+    NodePoolDecisionLabels, NodePoolLabel, NodePoolReason, OfferingLabels, ReasonLabel,
+};
 use crate::provisioning::catalog::LiveCatalog;
 use kk_apis::crd::NodeClaim;
 use kk_apis::crd::conditions::DesiredCondition;
 use kk_apis::names::condition;
+use kk_engine::disruption::budgets::BudgetTracker;
 use kk_engine::disruption::build::{self, Objects};
-use kk_engine::disruption::model::ClusterSnapshot;
+use kk_engine::disruption::model::{ClusterSnapshot, Reason};
 use kk_engine::disruption::plan::{Command, Method, consolidatable, plan, still_valid};
 use kk_engine::disruption::scorer::ConsolidationScorer;
 
 use crate::state::ClusterState;
+use kk_engine::scheduling::resources::Dim;
 use kk_engine::scheduling::translate;
 use kk_engine::scheduling::{InstanceType, NodeClaimDraft, PoolRequirement, Resources};
 
@@ -266,6 +272,7 @@ impl Disrupter {
             })
             .observe(started.elapsed().as_secs_f64());
         self.explain(&snapshot, &plan.scored);
+        self.record_gauges(&snapshot, &plan.scored);
         self.write_conditions(&snapshot).await;
         for pool in &plan.budget_blocked {
             if let Some(np) = self
@@ -294,14 +301,129 @@ impl Disrupter {
         for cmd in commands {
             let names = cmd.node_names(&snapshot).join(", ");
             if !still_valid(&cmd, &snapshot, &fresh) {
+                self.metrics
+                    .disruption_failed_validations
+                    .get_or_create(&ConsolidationTypeLabel {
+                        consolidation_type: consolidation_type_of(&cmd).into(),
+                    })
+                    .inc();
                 tracing::info!(method = cmd.method.as_str(), nodes = %names, "disruption command no longer valid; skipped");
                 continue;
             }
             if let Err(err) = self.execute(&cmd, &snapshot).await {
+                self.metrics
+                    .disruption_queue_failures
+                    .get_or_create(&DecisionLabels {
+                        decision: decision_of(&cmd).into(),
+                        reason: cmd.reason.as_metric().into(),
+                        consolidation_type: consolidation_type_of(&cmd).into(),
+                    })
+                    .inc();
                 tracing::warn!(method = cmd.method.as_str(), nodes = %names, error = %err, "disruption command failed");
             }
         }
         Ok(())
+    }
+
+    /// The pass's gauges, from its snapshot: upstream's eligible nodes per reason, allowed
+    /// disruptions and nodes consuming budgets per NodePool and reason, cost per NodePool, the
+    /// instance-type catalog, and the Balanced policy's scores.
+    fn record_gauges(
+        &self,
+        snapshot: &ClusterSnapshot,
+        scored: &kk_engine::disruption::plan::Scored,
+    ) {
+        let m = &self.metrics;
+        let live = || snapshot.nodes.iter().filter(|n| n.managed() && !n.deleting);
+        let drifted = live().filter(|n| n.drift.is_some()).count();
+        let (empty, underutilized) =
+            live()
+                .filter(|n| consolidatable(snapshot, n))
+                .fold(
+                    (0, 0),
+                    |(e, u), n| if n.is_empty() { (e + 1, u) } else { (e, u + 1) },
+                );
+        m.disruption_eligible_nodes.clear();
+        for (reason, count) in [
+            ("drifted", drifted),
+            ("empty", empty),
+            ("underutilized", underutilized),
+        ] {
+            m.disruption_eligible_nodes
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .set(count as i64);
+        }
+        let budgets = BudgetTracker::new(snapshot);
+        m.nodepools_allowed_disruptions.clear();
+        m.nodepools_nodes_consuming_budgets.clear();
+        m.nodepools_cost_total.clear();
+        for pool in &snapshot.pools {
+            let in_pool = || {
+                snapshot
+                    .nodes
+                    .iter()
+                    .filter(|n| n.managed() && n.node_pool.as_deref() == Some(pool.name.as_str()))
+            };
+            let consuming = in_pool().filter(|n| n.deleting || !n.ready).count();
+            for reason in [Reason::Empty, Reason::Underutilized, Reason::Drifted] {
+                let labels = NodePoolReason {
+                    nodepool: pool.name.clone(),
+                    reason: reason.as_condition_reason().into(),
+                };
+                m.nodepools_allowed_disruptions
+                    .get_or_create(&labels)
+                    .set(i64::from(budgets.remaining(&pool.name, reason)));
+                m.nodepools_nodes_consuming_budgets
+                    .get_or_create(&labels)
+                    .set(consuming as i64);
+            }
+            let cost: u64 = in_pool()
+                .filter(|n| !n.deleting)
+                .map(|n| n.price_micros)
+                .sum();
+            m.nodepools_cost_total
+                .get_or_create(&NodePoolLabel {
+                    nodepool: pool.name.clone(),
+                })
+                .set(cost as f64 / 1e6);
+        }
+        m.cloudprovider_offering_available.clear();
+        m.cloudprovider_offering_price_estimate.clear();
+        for it in &snapshot.instance_types {
+            let name = InstanceTypeLabel {
+                instance_type: it.name.clone(),
+            };
+            m.cloudprovider_instance_type_cpu_cores
+                .get_or_create(&name)
+                .set((it.capacity.get(Dim::CpuMillis) / 1000) as i64);
+            m.cloudprovider_instance_type_memory_bytes
+                .get_or_create(&name)
+                .set(it.capacity.get(Dim::MemoryBytes) as f64);
+            for o in &it.offerings {
+                let labels = OfferingLabels {
+                    instance_type: it.name.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                    zone: o.zone.clone(),
+                };
+                m.cloudprovider_offering_available
+                    .get_or_create(&labels)
+                    .set(i64::from(o.available));
+                m.cloudprovider_offering_price_estimate
+                    .get_or_create(&labels)
+                    .set(o.price_micros as f64 / 1e6);
+            }
+        }
+        for &(i, score, approved) in &scored.balanced {
+            let labels = MoveLabels {
+                decision: if approved { "approved" } else { "rejected" }.into(),
+                nodepool: snapshot.nodes[i].node_pool.clone().unwrap_or_default(),
+                policy: "Balanced".into(),
+            };
+            m.consolidation_score.get_or_create(&labels).observe(score);
+            m.consolidation_moves.get_or_create(&labels).inc();
+        }
     }
 
     /// Upstream's `DisruptionBlocked` and `Unconsolidatable` Events for the consolidation
@@ -385,11 +507,7 @@ impl Disrupter {
                 );
             }
         }
-        let decision = if cmd.replacement.is_some() {
-            "replace"
-        } else {
-            "delete"
-        };
+        let decision = decision_of(cmd);
         if let Some(replacement) = &cmd.replacement {
             let moved: Resources = cmd
                 .candidates
@@ -412,7 +530,10 @@ impl Disrupter {
                     "Waiting on readiness to continue disruption".into(),
                 );
             }
-            match self.launch_replacement(replacement, moved).await {
+            match self
+                .launch_replacement(replacement, moved, cmd.reason.as_metric())
+                .await
+            {
                 Ok(name) => {
                     tracing::info!(NodeClaim = %name, method = cmd.method.as_str(), "replacement initialized")
                 }
@@ -426,12 +547,7 @@ impl Disrupter {
             }
         }
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
-        let consolidation_type = match cmd.method {
-            Method::MultiNodeConsolidation => "multi",
-            Method::SingleNodeConsolidation => "single",
-            Method::Emptiness => "empty",
-            _ => "",
-        };
+        let consolidation_type = consolidation_type_of(cmd);
         let note = format!(
             "disrupting via {} ({}): {decision}, saving {:.4}/h",
             cmd.method.as_str(),
@@ -450,21 +566,18 @@ impl Disrupter {
         let deleted = join_limited(
             targets
                 .iter()
-                .map(|(_, claim, pool)| {
+                .map(|(_, claim, _)| {
                     let claims = &claims;
                     async move {
+                        let known = self.state.nodeclaim(claim);
                         match claims.delete(claim, &DeleteParams::default()).await {
                             Ok(_) => {}
                             Err(kube::Error::Api(s)) if s.code == 404 => {}
                             Err(e) => return Err(e),
                         }
-                        self.metrics
-                            .nodeclaims_disrupted
-                            .get_or_create(&NodePoolReason {
-                                nodepool: pool.clone(),
-                                reason: cmd.reason.as_metric().into(),
-                            })
-                            .inc();
+                        if let Some(nc) = known {
+                            self.metrics.claim_disrupted(&nc, cmd.reason.as_metric());
+                        }
                         Ok(())
                     }
                 })
@@ -482,6 +595,18 @@ impl Disrupter {
                 consolidation_type: consolidation_type.into(),
             })
             .inc();
+        let pools: BTreeSet<&str> = targets.iter().map(|(_, _, p)| p.as_str()).collect();
+        for pool in pools {
+            self.metrics
+                .disruption_decisions_by_nodepool
+                .get_or_create(&NodePoolDecisionLabels {
+                    nodepool: pool.into(),
+                    decision: decision.into(),
+                    reason: cmd.reason.as_metric().into(),
+                    consolidation_type: consolidation_type.into(),
+                })
+                .inc();
+        }
         Ok(())
     }
 
@@ -490,6 +615,7 @@ impl Disrupter {
         &self,
         r: &kk_engine::disruption::plan::Replacement,
         moved: Resources,
+        reason: &str,
     ) -> anyhow::Result<String> {
         let pool = self
             .state
@@ -553,13 +679,7 @@ impl Disrupter {
         let claim = translate::nodeclaim_for(&draft, &pool, name.clone());
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         claims.create(&PostParams::default(), &claim).await?;
-        self.metrics
-            .nodeclaims_created
-            .get_or_create(&NodePoolReason {
-                nodepool: r.node_pool.clone(),
-                reason: "disruption".into(),
-            })
-            .inc();
+        self.metrics.claim_created(&r.node_pool, reason);
         let deadline = tokio::time::Instant::now() + self.options.replacement_timeout;
         // Polls the shared state (no API call): the claim appears once the watch delivers it.
         let mut seen = false;
@@ -657,6 +777,25 @@ async fn taint_once(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), kube:
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+/// Upstream's `decision` label: `replace` when the command launches a replacement.
+fn decision_of(cmd: &Command) -> &'static str {
+    if cmd.replacement.is_some() {
+        "replace"
+    } else {
+        "delete"
+    }
+}
+
+/// Upstream's `consolidation_type` label ("" for drift and expiration).
+fn consolidation_type_of(cmd: &Command) -> &'static str {
+    match cmd.method {
+        Method::MultiNodeConsolidation => "multi",
+        Method::SingleNodeConsolidation => "single",
+        Method::Emptiness => "empty",
+        _ => "",
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use karpenter_kakaocloud::metrics::Metrics;
 use prometheus_client::registry::Registry;
 
 /// Shared readiness flag.
@@ -39,13 +40,13 @@ async fn readyz(State(ready): State<Readiness>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+async fn metrics(State((registry, m)): State<(Arc<Registry>, Arc<Metrics>)>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        karpenter_kakaocloud::metrics::render(&registry),
+        karpenter_kakaocloud::metrics::render(&registry, &m),
     )
 }
 
@@ -56,10 +57,10 @@ pub fn health_router(ready: Readiness) -> Router {
         .with_state(ready)
 }
 
-pub fn metrics_router(registry: Arc<Registry>) -> Router {
+pub fn metrics_router(registry: Arc<Registry>, m: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .with_state(registry)
+        .with_state((registry, m))
 }
 
 /// Binds `0.0.0.0:port` and serves `router` in the background; returns the bound address.
@@ -109,12 +110,16 @@ mod tests {
         assert_eq!(fetch(addr, "/nope").await.0, 404);
 
         let mut registry = Registry::default();
-        karpenter_kakaocloud::metrics::Metrics::register(&mut registry);
-        let addr = serve(0, metrics_router(Arc::new(registry)), "metrics")
+        let m = Metrics::register(&mut registry);
+        let addr = serve(0, metrics_router(Arc::new(registry), m), "metrics")
             .await
             .unwrap();
         let (status, body) = fetch(addr, "/metrics").await;
         assert_eq!(status, 200);
-        assert!(body.contains("# EOF"), "{body}");
+        assert!(body.trim_end().ends_with("# EOF"), "{body}");
+        assert!(
+            body.contains("# TYPE karpenter_pods_startup_duration_seconds summary"),
+            "{body}"
+        );
     }
 }

@@ -225,7 +225,7 @@ async fn run(startup: Startup) -> anyhow::Result<i32> {
     let health = health::serve(health_port, health::health_router(ready.clone()), "health").await?;
     let metrics_addr = health::serve(
         settings.metrics_port,
-        health::metrics_router(Arc::new(registry))
+        health::metrics_router(Arc::new(registry), metrics.clone())
             .merge(views::router(plugins.clone(), explain.clone())),
         "metrics",
     )

@@ -155,6 +155,7 @@ impl Operator {
             .wait_synced(Duration::from_secs(60))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        metrics.cluster.attach(state.clone());
         let unavailable = Arc::new(UnavailableOfferings::new(settings.unavailable_offering_ttl));
         let catalog = Arc::new(LiveCatalog::new(
             cloud.clone(),
@@ -283,6 +284,10 @@ impl Operator {
         }
         supervisor.spawn("garbage-collection", collector.run());
         supervisor.spawn(
+            "pod-latencies",
+            crate::metrics::pods::PodLatencies::new(state.clone(), metrics.clone()).run(),
+        );
+        supervisor.spawn(
             "pod-events",
             crate::podevents::run(kube.clone(), state.clone(), pod_events_rx),
         );
@@ -313,6 +318,7 @@ impl Operator {
     /// Stops every controller and watch started by [`Operator::start`].
     pub fn stop(&self) {
         self.explain.detach();
+        self.metrics.cluster.detach();
         self.supervisor.abort_all();
         self.state.stop();
     }

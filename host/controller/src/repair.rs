@@ -22,10 +22,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::events::Events;
-use crate::metrics::{Metrics, NodePoolReason};
+use crate::metrics::Metrics;
 use crate::state::ClusterState;
 use kk_apis::crd::NodeClaim;
-use kk_apis::names::{annotation, label};
+use kk_apis::names::annotation;
 
 /// Upstream blocks repair when more than this share of nodes is unhealthy.
 pub const UNHEALTHY_CAP_PERCENT: u64 = 20;
@@ -187,17 +187,8 @@ impl Repairer {
                     "NodeRepair",
                     format!("{why}: replacing it"),
                 );
-                self.metrics
-                    .nodeclaims_disrupted
-                    .get_or_create(&NodePoolReason {
-                        nodepool: nc
-                            .labels()
-                            .get(label::NODEPOOL)
-                            .cloned()
-                            .unwrap_or_default(),
-                        reason: "unhealthy".into(),
-                    })
-                    .inc();
+                self.metrics.claim_disrupted(&nc, "unhealthy");
+                self.metrics.claim_unhealthy(&nc, "Ready");
             }
             match api.delete(&claim, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -212,6 +203,7 @@ impl Repairer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kk_apis::names::label;
 
     fn claim(name: &str) -> Arc<NodeClaim> {
         Arc::new(

@@ -23,7 +23,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use crate::events::Events;
-use crate::metrics::{Metrics, NodePoolReason};
+use crate::metrics::Metrics;
 use crate::provisioning::catalog::LiveCatalog;
 use crate::provisioning::is_managed_pool;
 use crate::state::ClusterState;
@@ -209,13 +209,7 @@ impl StaticCapacity {
             let claim = translate::nodeclaim_for(&draft, pool, name.clone());
             api.create(&PostParams::default(), &claim).await?;
             tracing::info!(NodeClaim = %name, NodePool = %pool_name, replicas = ?pool.spec.replicas, "created nodeclaim for a static nodepool");
-            self.metrics
-                .nodeclaims_created
-                .get_or_create(&NodePoolReason {
-                    nodepool: pool_name.clone(),
-                    reason: "static".into(),
-                })
-                .inc();
+            self.metrics.claim_created(&pool_name, "static");
         }
         Ok(())
     }

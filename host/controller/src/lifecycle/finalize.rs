@@ -127,13 +127,7 @@ impl Lifecycle {
         )
         .await?;
         tracing::info!(NodeClaim = %nc.name_any(), "deleted nodeclaim");
-        self.metrics
-            .nodeclaims_terminated
-            .get_or_create(&NodePoolReason {
-                nodepool: Self::pool(nc),
-                reason: "deleted".into(),
-            })
-            .inc();
+        self.metrics.claim_terminated(nc);
         Ok(Action::await_change())
     }
 }

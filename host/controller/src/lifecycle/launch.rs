@@ -253,13 +253,7 @@ impl Lifecycle {
                 }
             ),
         );
-        self.metrics
-            .nodeclaims_disrupted
-            .get_or_create(&NodePoolReason {
-                nodepool: Self::pool(nc),
-                reason: "insufficient_capacity".into(),
-            })
-            .inc();
+        self.metrics.claim_disrupted(nc, "insufficient_capacity");
         self.delete_claim(nc, "insufficient_capacity").await
     }
 

@@ -62,13 +62,7 @@ impl Lifecycle {
             Err(err) => return Err(err.into()),
         }
         tracing::info!(NodeClaim = %nc.name_any(), reason, "deleting nodeclaim");
-        self.metrics
-            .nodeclaims_disrupted
-            .get_or_create(&NodePoolReason {
-                nodepool: Self::pool(nc),
-                reason: reason.into(),
-            })
-            .inc();
+        self.metrics.claim_disrupted(nc, reason);
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 }

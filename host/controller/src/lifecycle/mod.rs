@@ -40,7 +40,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::config::Settings;
-use crate::metrics::{Metrics, NodePoolReason};
+use crate::metrics::Metrics;
 use crate::provisioning::catalog::LiveCatalog;
 use kakaocloud::api::{Instance, InstanceStatus};
 use kakaocloud::ownership::{self, Adoption, KeyringHandle};
@@ -140,7 +140,11 @@ fn taint_eq(a: &Taint, b: &Taint) -> bool {
 /// One reconcile of one NodeClaim: the phase its status says it is in.
 #[instrument(skip_all, fields(nodeclaim = %nc.name_any()))]
 pub async fn reconcile(nc: Arc<NodeClaim>, ctx: Arc<Lifecycle>) -> Result<Action, LifecycleError> {
-    let action = ctx.step(&nc).await?;
+    let started = std::time::Instant::now();
+    let result = ctx.step(&nc).await;
+    ctx.metrics
+        .reconciled("nodeclaim.lifecycle", started, result.is_ok());
+    let action = result?;
     ctx.backoff.succeeded(&nc.name_any());
     Ok(action)
 }

@@ -114,13 +114,7 @@ impl Lifecycle {
             tracing::info!(node = %node_name, "registered nodeclaim");
             // The node joined: its bootstrap token has no use left.
             self.delete_bootstrap_token(&nc.name_any()).await?;
-            self.metrics
-                .nodes_created
-                .get_or_create(&NodePoolReason {
-                    nodepool: Self::pool(nc),
-                    reason: "provisioned".into(),
-                })
-                .inc();
+            self.metrics.node_created(nc);
             synced
         } else {
             node.clone()

@@ -6,6 +6,7 @@ pub mod catalog;
 use kk_apis::names::label;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -18,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::config::Settings;
 use crate::events::Events;
 use crate::explain::{ClaimDecision, Explain};
-use crate::metrics::{ControllerLabel, Metrics, NodePoolReason, PodState};
+use crate::metrics::{ControllerLabel, Metrics, SchedulerLabels};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use kk_apis::crd::{NodeClaim, NodePool};
 use kk_apis::pod::is_provisionable;
@@ -106,6 +107,8 @@ pub struct Provisioner {
     events: Events,
     /// Each NodeClaim's decision and each unschedulable pod, for `/explain/pod`.
     explain: Explain,
+    /// Passes so far: each pass's `scheduling_id`.
+    passes: AtomicU64,
 }
 
 impl Provisioner {
@@ -129,6 +132,7 @@ impl Provisioner {
             metrics,
             events: Events::new(recorder, "Provision"),
             explain,
+            passes: AtomicU64::new(0),
         }
     }
 
@@ -238,15 +242,15 @@ impl Provisioner {
         let ctl = ControllerLabel {
             controller: "provisioner".into(),
         };
+        let pass = SchedulerLabels {
+            controller: ctl.controller.clone(),
+            scheduling_id: self.passes.fetch_add(1, Ordering::Relaxed).to_string(),
+        };
+        // One series per pass while it runs, as upstream keeps one per scheduler.
+        self.metrics.queue_depth.clear();
         self.metrics
             .queue_depth
-            .get_or_create(&ctl)
-            .set(pods.len() as i64);
-        self.metrics
-            .pods_state
-            .get_or_create(&PodState {
-                state: "provisionable".into(),
-            })
+            .get_or_create(&pass)
             .set(pods.len() as i64);
         if pods.is_empty() {
             return Ok(PassOutcome::default());
@@ -447,13 +451,7 @@ impl Provisioner {
                 instance_types = %summarize(&draft.instance_types),
                 "created nodeclaim"
             );
-            self.metrics
-                .nodeclaims_created
-                .get_or_create(&NodePoolReason {
-                    nodepool: draft.node_pool.clone(),
-                    reason: "provisioned".into(),
-                })
-                .inc();
+            self.metrics.claim_created(&draft.node_pool, "provisioned");
             self.explain.record_claim(ClaimDecision::new(
                 &name,
                 &draft.node_pool,

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::claim_conditions::{self, Change};
 use crate::events::Events;
-use crate::metrics::{ActionLabel, Metrics, NodePoolReason};
+use crate::metrics::{ActionLabel, Metrics, ReasonLabel};
 use crate::retry::{Backoff, RetryHint};
 use crate::state::{ClusterState, Feeds};
 use kakaocloud::ownership::KeyringHandle;
@@ -87,7 +87,11 @@ impl RetryHint for Error {
 /// One termination step of one NodeClaim.
 #[instrument(skip_all, fields(nodeclaim = %nc.name_any()))]
 pub async fn reconcile(nc: Arc<NodeClaim>, ctx: Arc<Terminator>) -> Result<Action, Error> {
-    let action = ctx.step(&nc).await?;
+    let started = std::time::Instant::now();
+    let result = ctx.step(&nc).await;
+    ctx.metrics
+        .reconciled("nodeclaim.termination", started, result.is_ok());
+    let action = result?;
     ctx.backoff.succeeded(&nc.name_any());
     Ok(action)
 }
@@ -126,13 +130,6 @@ impl Terminator {
         let changes = desired.map(Change::Set);
         claim_conditions::apply(&api, nc, &changes).await?;
         Ok(())
-    }
-
-    fn pool(nc: &NodeClaim) -> String {
-        nc.labels()
-            .get(label::NODEPOOL)
-            .cloned()
-            .unwrap_or_default()
     }
 
     /// The next step of `nc`'s termination.
@@ -215,14 +212,9 @@ impl Terminator {
                 node.resource_version(),
             )
             .await?;
-            self.metrics
-                .nodes_terminated
-                .get_or_create(&NodePoolReason {
-                    nodepool: Self::pool(nc),
-                    reason: "deleted".into(),
-                })
-                .inc();
         }
+        // Counted even when the Node was already gone (deleted with its instance).
+        self.metrics.node_terminated(nc, node.as_ref());
         release(
             &claims,
             &nc.name_any(),
@@ -230,13 +222,7 @@ impl Terminator {
             nc.resource_version(),
         )
         .await?;
-        self.metrics
-            .nodeclaims_terminated
-            .get_or_create(&NodePoolReason {
-                nodepool: Self::pool(nc),
-                reason: "deleted".into(),
-            })
-            .inc();
+        self.metrics.claim_terminated(nc);
         tracing::info!(NodeClaim = %nc.name_any(), Node = node_name.as_deref().unwrap_or(""), "terminated nodeclaim");
         Ok(Action::await_change())
     }
@@ -317,6 +303,13 @@ impl Terminator {
             .await
             {
                 Ok(Ok(_)) => {
+                    self.metrics.eviction(201);
+                    self.metrics
+                        .pods_drained
+                        .get_or_create(&ReasonLabel {
+                            reason: drain_reason(nc),
+                        })
+                        .inc();
                     if let Some(pod) = pod {
                         self.events.publish(
                             &pod.object_ref(&()),
@@ -326,8 +319,15 @@ impl Terminator {
                         );
                     }
                 }
-                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                Ok(Err(kube::Error::Api(s))) if s.code == 429 => blocked.push(p.to_string()),
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => self.metrics.eviction(404),
+                Ok(Err(kube::Error::Api(s))) if s.code == 429 => {
+                    self.metrics.eviction(429);
+                    blocked.push(p.to_string());
+                }
+                Ok(Err(kube::Error::Api(s))) => {
+                    self.metrics.eviction(s.code);
+                    return Err(kube::Error::Api(s).into());
+                }
                 Ok(Err(e)) => return Err(e.into()),
                 Err(_) => blocked.push(p.to_string()),
             }
@@ -397,6 +397,9 @@ impl Terminator {
             return Ok(Some(wait));
         }
         let drained = DesiredCondition::truthy(condition::DRAINED, condition::DRAINED, "");
+        if !has_true(nc, condition::DRAINED) {
+            self.metrics.node_drained(nc);
+        }
         let expired = deadline.is_some_and(|d| Timestamp::now() >= d);
         let attached = self
             .state
@@ -449,6 +452,9 @@ impl Terminator {
         {
             Ok((outcome, _)) if outcome.is_gone() => {
                 tracing::info!(NodeClaim = %nc.name_any(), instance = %id, "deleted instance");
+                if let Some(since) = condition_since(nc, condition::INSTANCE_TERMINATING) {
+                    self.metrics.instance_terminated(nc, since);
+                }
                 Ok(true)
             }
             Ok((outcome, _)) => {
@@ -528,4 +534,35 @@ where
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `nc` has condition `type_` at True.
+fn has_true(nc: &NodeClaim, type_: &str) -> bool {
+    nc.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Seconds since `nc`'s condition `type_` last changed.
+fn condition_since(nc: &NodeClaim, type_: &str) -> Option<f64> {
+    let c = nc
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == type_)?;
+    let secs = Timestamp::now()
+        .duration_since(c.last_transition_time.0)
+        .as_secs_f64();
+    Some(secs.max(0.0))
+}
+
+/// Upstream's `pods_drained_total` reason: the claim's DisruptionReason, else forceful.
+fn drain_reason(nc: &NodeClaim) -> String {
+    nc.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == condition::DISRUPTION_REASON && c.status == "True")
+        .map(|c| c.reason.clone())
+        .unwrap_or_else(|| "Forceful Termination".into())
 }

@@ -15,6 +15,7 @@ mod crds_files;
 mod disruption_e2e;
 mod kakaocloud_client;
 mod layout;
+mod metrics_dashboards;
 mod nodeclass_controller;
 mod ownership;
 mod ownership_keyring_watch;

@@ -287,7 +287,7 @@ impl Env {
     }
 
     pub fn metrics_text(&self) -> String {
-        karpenter_kakaocloud::metrics::render(&self.registry.lock().unwrap())
+        karpenter_kakaocloud::metrics::render(&self.registry.lock().unwrap(), &self.metrics)
     }
 }
 

@@ -353,6 +353,9 @@ pub struct Scored {
     /// Consolidatable nodes consolidation cannot act on (upstream's `Unconsolidatable` events):
     /// node index and why.
     pub unconsolidatable: Vec<(usize, String)>,
+    /// Candidates of `Balanced` NodePools with a feasible move: node index, the move's score and
+    /// whether it reaches `1 / k` (upstream's `consolidation_score` and `consolidation_moves`).
+    pub balanced: Vec<(usize, f64, bool)>,
 }
 
 /// Why a node the fast check does not model is left alone.
@@ -400,6 +403,7 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
     let mut inputs = Vec::new();
     let mut blocked = Vec::new();
     let mut unconsolidatable = Vec::new();
+    let mut balanced_moves = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
         if node.is_empty() || !consolidatable(snapshot, node) {
             continue;
@@ -443,6 +447,12 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
             }
             Outcome::Infeasible => None,
         };
+        if let Some(s) = savings
+            && pool.consolidation_policy == ConsolidationPolicy::Balanced
+        {
+            let score = balanced_score(snapshot, &[i], s);
+            balanced_moves.push((i, score, score >= 1.0 / BALANCED_K));
+        }
         if let Some(Err(why)) = savings.map(|s| balanced(snapshot, &[i], s)) {
             unconsolidatable.push((i, why));
             outcome = Outcome::Infeasible;
@@ -499,6 +509,7 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
         scorer_error,
         blocked,
         unconsolidatable,
+        balanced: balanced_moves,
     }
 }
 

@@ -97,6 +97,15 @@ impl Resources {
             .map(|i| NAMES[i])
     }
 
+    /// Each non-zero dimension by its resource name (cpu in millicores, bytes, counts).
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        NAMES
+            .iter()
+            .zip(self.0)
+            .filter(|(_, v)| *v != 0)
+            .map(|(n, v)| (*n, v))
+    }
+
     /// As a Kubernetes resource list (zero entries omitted).
     pub fn to_quantities(&self) -> BTreeMap<String, Quantity> {
         let mut m = BTreeMap::new();
