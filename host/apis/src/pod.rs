@@ -1,7 +1,7 @@
 //! Pod predicates shared by provisioning, disruption and termination: which pods Karpenter
 //! provisions for, which hold their node, which a PodDisruptionBudget protects right now.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -9,7 +9,59 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_core::ResourceExt;
 
-use crate::names::annotation;
+use crate::names::{annotation, label};
+
+/// Upstream's "effective zone" of a pending pod (`scheduler_pending_pods_by_effective_zone_count`):
+/// the one zone its node selector and required node affinity allow, `flexible` when they allow
+/// several or say nothing, `none` when they allow none. Unlike upstream, topology spread and
+/// volume zones are not intersected in.
+pub fn effective_zone(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let mut allowed: Option<BTreeSet<String>> = spec
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|sel| sel.get(label::ZONE))
+        .map(|z| BTreeSet::from([z.clone()]));
+    let terms = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    // Terms are ORed: the union of their zones, unless one leaves the zone open.
+    let mut union: Option<BTreeSet<String>> = (!terms.is_empty()).then(BTreeSet::new);
+    for term in terms {
+        let zones = term
+            .match_expressions
+            .iter()
+            .flatten()
+            .filter(|e| e.key == label::ZONE && e.operator == "In")
+            .map(|e| e.values.iter().flatten().cloned().collect::<BTreeSet<_>>())
+            .reduce(|a, b| a.intersection(&b).cloned().collect());
+        match (zones, union.as_mut()) {
+            (Some(z), Some(u)) => u.extend(z),
+            (None, _) => {
+                union = None;
+                break;
+            }
+            _ => {}
+        }
+    }
+    if let Some(u) = union {
+        allowed = Some(match allowed {
+            Some(a) => a.intersection(&u).cloned().collect(),
+            None => u,
+        });
+    }
+    match allowed {
+        None => "flexible".into(),
+        Some(z) if z.is_empty() => "none".into(),
+        Some(z) if z.len() == 1 => z.into_iter().next().unwrap_or_default(),
+        Some(_) => "flexible".into(),
+    }
+}
 
 /// Whether kube-scheduler gave up on `pod` and Karpenter should find it a node
 /// (upstream `IsProvisionable`).
@@ -127,6 +179,31 @@ pub fn pdb_blocked<'a>(pod: &Pod, pdbs: impl IntoIterator<Item = &'a PodDisrupti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn effective_zone_is_the_one_zone_a_pod_allows() {
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap()
+        };
+        let containers = serde_json::json!([{"name": "c"}]);
+        let affinity = |terms: serde_json::Value| serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}});
+        let zone_in = |zones: &[&str]| serde_json::json!({"matchExpressions": [{"key": label::ZONE, "operator": "In", "values": zones}]});
+        assert_eq!(
+            effective_zone(&pod(serde_json::json!({"containers": containers}))),
+            "flexible"
+        );
+        let selected = serde_json::json!({"containers": containers, "nodeSelector": {label::ZONE: "kr-central-2-a"}});
+        assert_eq!(effective_zone(&pod(selected)), "kr-central-2-a");
+        let two = serde_json::json!({"containers": containers, "affinity": affinity(serde_json::json!([zone_in(&["a", "b"])]))});
+        assert_eq!(effective_zone(&pod(two)), "flexible");
+        let one = serde_json::json!({"containers": containers, "affinity": affinity(serde_json::json!([zone_in(&["a", "b"])])), "nodeSelector": {label::ZONE: "b"}});
+        assert_eq!(effective_zone(&pod(one)), "b");
+        let none = serde_json::json!({"containers": containers, "affinity": affinity(serde_json::json!([zone_in(&["a"])])), "nodeSelector": {label::ZONE: "b"}});
+        assert_eq!(effective_zone(&pod(none)), "none");
+        let open = serde_json::json!({"containers": containers, "affinity": affinity(serde_json::json!([zone_in(&["a"]), {"matchExpressions": []}]))});
+        assert_eq!(effective_zone(&pod(open)), "flexible");
+    }
 
     fn pod(annotation: &str, started: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -274,7 +274,7 @@ impl Disrupter {
         self.explain(&snapshot, &plan.scored);
         self.record_gauges(&snapshot, &plan.scored);
         self.write_conditions(&snapshot).await;
-        for pool in &plan.budget_blocked {
+        for (pool, reason) in &plan.budget_blocked {
             if let Some(np) = self
                 .state
                 .nodepools
@@ -286,8 +286,10 @@ impl Disrupter {
                     &np.object_ref(&()),
                     EventType::Normal,
                     "DisruptionBlocked",
-                    "No allowed disruptions for disruption reason Underutilized due to blocking budget"
-                        .into(),
+                    format!(
+                        "No allowed disruptions for disruption reason {} due to blocking budget",
+                        reason.as_condition_reason()
+                    ),
                     EXPLAIN_EVERY,
                 );
             }
@@ -587,6 +589,10 @@ impl Disrupter {
         if let Some(err) = deleted.into_iter().find_map(Result::err) {
             return Err(err.into());
         }
+        // Expiration is forceful, not a voluntary disruption decision (as upstream).
+        if cmd.method == Method::Expiration {
+            return Ok(());
+        }
         self.metrics
             .disruption_decisions
             .get_or_create(&DecisionLabels {
@@ -868,7 +874,8 @@ mod tests {
     fn a_freshly_nominated_node_is_not_consolidated() {
         let (nodes, claims, pools) = objects();
         let state = ClusterState::for_test(nodes, claims, Vec::new(), pools);
-        let now = Timestamp::now();
+        // A day after the claim was created: well within its expireAfter (720h).
+        let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
 
         let before = snapshot_of(&state, catalog(), now);
         assert_eq!(node_blocker(&before, &before.nodes[0]), None);

@@ -93,53 +93,62 @@ impl Default for PluginMetrics {
 }
 
 impl PluginMetrics {
-    /// Registers the families in `registry` (already prefixed `karpenter` by the controller).
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register(
+    /// Registers the families in `registry` (already prefixed `karpenter` by the controller);
+    /// returns their names, unprefixed.
+    pub fn register(&self, registry: &mut Registry) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        macro_rules! reg {
+            ($name:literal, $help:literal, $metric:expr) => {{
+                names.push($name);
+                registry.register($name, $help, $metric.clone());
+            }};
+        }
+        reg!(
             "kakaocloud_plugin_calls",
             "Plugin calls, by world, plugin and result",
-            self.calls.clone(),
+            self.calls
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_call_duration_seconds",
             "Duration of plugin calls",
-            self.duration.clone(),
+            self.duration
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_rejections",
             "Plugins refused at load, by world and reason",
-            self.rejections.clone(),
+            self.rejections
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_fallbacks",
             "Plugin calls that failed after the self-test and were answered by the native default",
-            self.fallbacks.clone(),
+            self.fallbacks
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_shadow_decisions",
             "Decisions a shadow plugin was asked about beside the serving one",
-            self.shadow_decisions.clone(),
+            self.shadow_decisions
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_shadow_divergences",
             "Decisions a shadow plugin answered differently, by kind (flavor, ranking, order, userdata, error)",
-            self.shadow_divergences.clone(),
+            self.shadow_divergences
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_shadow_price_delta_micros",
             "Sum of the hourly price differences (KRW micros) a shadow selector's first choices would have made",
-            self.shadow_price_delta.clone(),
+            self.shadow_price_delta
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_shadow_dropped",
             "Decisions not compared because the shadow queue was full",
-            self.shadow_dropped.clone(),
+            self.shadow_dropped
         );
-        registry.register(
+        reg!(
             "kakaocloud_plugin_active",
             "The plugin serving each world, with its digest",
-            self.active.clone(),
+            self.active
         );
+        names
     }
 
     /// Records `plugin` (of `digest`) as the one serving `world`.

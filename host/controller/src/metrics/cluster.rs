@@ -132,6 +132,71 @@ fn add_into(total: &mut BTreeMap<String, f64>, more: &BTreeMap<String, f64>) {
     }
 }
 
+/// The families this collector exports (name under the `karpenter` prefix, help).
+pub const FAMILIES: [(&str, &str); 16] = [
+    (
+        "nodes_allocatable",
+        "Node allocatable are the resources allocatable by nodes.",
+    ),
+    (
+        "nodes_system_overhead",
+        "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status.",
+    ),
+    (
+        "nodes_total_pod_requests",
+        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+    ),
+    (
+        "nodes_total_pod_limits",
+        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
+    ),
+    (
+        "nodes_total_daemon_requests",
+        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+    ),
+    (
+        "nodes_total_daemon_limits",
+        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+    ),
+    ("nodes_current_lifetime_seconds", "Node age in seconds"),
+    (
+        "cluster_utilization_percent",
+        "Utilization of allocatable resources by pod requests",
+    ),
+    (
+        "cluster_state_node_count",
+        "Current count of nodes in cluster state",
+    ),
+    (
+        "cluster_state_synced",
+        "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
+    ),
+    (
+        "cluster_state_unsynced_time_seconds",
+        "The time for which cluster state is not synced",
+    ),
+    (
+        "nodepools_usage",
+        "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+    ),
+    (
+        "nodepools_limit",
+        "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
+    ),
+    (
+        "pods_state",
+        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
+    ),
+    (
+        "pods_unbound_time_seconds",
+        "The time from pod creation until the pod is bound.",
+    ),
+    (
+        "pods_unstarted_time_seconds",
+        "The time from pod creation until the pod is running.",
+    ),
+];
+
 /// One gauge series.
 struct Series {
     labels: Labels,
@@ -193,69 +258,7 @@ impl ClusterGauges {
 
     fn gather(&self) -> Gauges {
         let mut g = Gauges::default();
-        for (name, help) in [
-            (
-                "nodes_allocatable",
-                "Node allocatable are the resources allocatable by nodes.",
-            ),
-            (
-                "nodes_system_overhead",
-                "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status.",
-            ),
-            (
-                "nodes_total_pod_requests",
-                "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
-            ),
-            (
-                "nodes_total_pod_limits",
-                "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
-            ),
-            (
-                "nodes_total_daemon_requests",
-                "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
-            ),
-            (
-                "nodes_total_daemon_limits",
-                "Node total daemon limits are the resources specified by DaemonSet pod limits.",
-            ),
-            ("nodes_current_lifetime_seconds", "Node age in seconds"),
-            (
-                "cluster_utilization_percent",
-                "Utilization of allocatable resources by pod requests",
-            ),
-            (
-                "cluster_state_node_count",
-                "Current count of nodes in cluster state",
-            ),
-            (
-                "cluster_state_synced",
-                "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
-            ),
-            (
-                "cluster_state_unsynced_time_seconds",
-                "The time for which cluster state is not synced",
-            ),
-            (
-                "nodepools_usage",
-                "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
-            ),
-            (
-                "nodepools_limit",
-                "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
-            ),
-            (
-                "pods_state",
-                "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
-            ),
-            (
-                "pods_unbound_time_seconds",
-                "The time from pod creation until the pod is bound.",
-            ),
-            (
-                "pods_unstarted_time_seconds",
-                "The time from pod creation until the pod is running.",
-            ),
-        ] {
+        for (name, help) in FAMILIES {
             g.declare(name, help);
         }
         let state = self.state.read().unwrap_or_else(|e| e.into_inner()).clone();

@@ -157,6 +157,13 @@ pub struct SchedulerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerZone {
+    pub controller: String,
+    /// A zone, `flexible` or `none` ([`kk_apis::pod::effective_zone`]).
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceTypeLabel {
     pub instance_type: String,
 }
@@ -175,6 +182,12 @@ pub struct BuildInfo {
     pub goversion: String,
     pub goarch: String,
     pub commit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabels {
+    pub name: String,
+    pub namespace: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -272,6 +285,9 @@ pub struct Metrics {
     pub pods_provisioning_bound_duration: Histogram,
     pub pods_provisioning_startup_duration: Histogram,
     pub pods_scheduling_decision_duration: Histogram,
+    pub pods_provisioning_unbound_time: Family<PodLabels, FloatGauge>,
+    pub pods_provisioning_unstarted_time: Family<PodLabels, FloatGauge>,
+    pub pods_provisioning_undecided_time: Family<PodLabels, FloatGauge>,
     pub cloudprovider_duration: Histograms<CloudCall>,
     pub cloudprovider_errors: Family<CloudError, Counter>,
     pub cloudprovider_instance_type_cpu_cores: Family<InstanceTypeLabel, Gauge>,
@@ -281,6 +297,7 @@ pub struct Metrics {
     pub scheduling_duration: Histograms<ControllerLabel>,
     pub unschedulable_pods: Family<ControllerLabel, Gauge>,
     pub queue_depth: Family<SchedulerLabels, Gauge>,
+    pub pending_pods_by_zone: Family<ControllerZone, Gauge>,
     pub disruption_decisions: Family<DecisionLabels, Counter>,
     pub disruption_decisions_by_nodepool: Family<NodePoolDecisionLabels, Counter>,
     pub disruption_eligible_nodes: Family<ReasonLabel, Gauge>,
@@ -309,6 +326,9 @@ pub struct Metrics {
     pub consolidation_reverted: Family<NodePoolLabel, Counter>,
     /// The plugin runtime's own families.
     pub plugins: Arc<PluginMetrics>,
+    /// Every family's name as exposed (counters without `_total`), registered or collected;
+    /// families without series yet are not in the exposition, so tests read this.
+    pub families: Vec<String>,
 }
 
 impl Metrics {
@@ -344,6 +364,9 @@ impl Metrics {
             pods_provisioning_bound_duration: durations(),
             pods_provisioning_startup_duration: durations(),
             pods_scheduling_decision_duration: durations(),
+            pods_provisioning_unbound_time: Family::default(),
+            pods_provisioning_unstarted_time: Family::default(),
+            pods_provisioning_undecided_time: Family::default(),
             cloudprovider_duration: Family::new_with_constructor(default_buckets),
             cloudprovider_errors: Family::default(),
             cloudprovider_instance_type_cpu_cores: Family::default(),
@@ -353,6 +376,7 @@ impl Metrics {
             scheduling_duration: Family::new_with_constructor(durations),
             unschedulable_pods: Family::default(),
             queue_depth: Family::default(),
+            pending_pods_by_zone: Family::default(),
             disruption_decisions: Family::default(),
             disruption_decisions_by_nodepool: Family::default(),
             disruption_eligible_nodes: Family::default(),
@@ -372,6 +396,7 @@ impl Metrics {
             cluster_hourly_price_micros: Gauge::default(),
             consolidation_reverted: Family::default(),
             plugins: Arc::default(),
+            families: Vec::new(),
         };
         m.build_info
             .get_or_create(&BuildInfo {
@@ -397,10 +422,15 @@ impl Metrics {
             m.reconcile_time.clone(),
         );
         let r = registry.sub_registry_with_prefix("karpenter");
+        let mut families: Vec<String> = vec![
+            "controller_runtime_reconcile".into(),
+            "controller_runtime_reconcile_time_seconds".into(),
+        ];
         macro_rules! reg {
-            ($name:literal, $help:literal, $metric:expr) => {
+            ($name:literal, $help:literal, $metric:expr) => {{
+                families.push(concat!("karpenter_", $name).into());
                 r.register($name, $help, $metric.clone())
-            };
+            }};
         }
         reg!(
             "build_info",
@@ -488,6 +518,21 @@ impl Metrics {
             m.pods_scheduling_decision_duration
         );
         reg!(
+            "pods_provisioning_unbound_time_seconds",
+            "The time from when Karpenter first thinks the pod can schedule until it binds. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+            m.pods_provisioning_unbound_time
+        );
+        reg!(
+            "pods_provisioning_unstarted_time_seconds",
+            "The time from when Karpenter first thinks the pod can schedule until the pod is running.",
+            m.pods_provisioning_unstarted_time
+        );
+        reg!(
+            "pods_provisioning_scheduling_undecided_time_seconds",
+            "The time from when Karpenter has seen a pod without making a scheduling decision for the pod.",
+            m.pods_provisioning_undecided_time
+        );
+        reg!(
             "cloudprovider_duration_seconds",
             "Duration of cloud provider method calls. Labeled by the controller, method name and provider.",
             m.cloudprovider_duration
@@ -526,6 +571,11 @@ impl Metrics {
             "scheduler_unschedulable_pods_count",
             "The number of unschedulable Pods.",
             m.unschedulable_pods
+        );
+        reg!(
+            "scheduler_pending_pods_by_effective_zone_count",
+            "The number of pending pods by effective zone constraint.",
+            m.pending_pods_by_zone
         );
         reg!(
             "scheduler_queue_depth",
@@ -617,8 +667,23 @@ impl Metrics {
                     }),
             );
         }
-        m.plugins.register(r);
-        Arc::new(m)
+        let plugin_families = m.plugins.register(r);
+        families.extend(
+            plugin_families
+                .into_iter()
+                .map(|f| format!("karpenter_{f}")),
+        );
+        families.extend(
+            cluster::FAMILIES
+                .iter()
+                .map(|(name, _)| format!("karpenter_{name}")),
+        );
+        families.extend(
+            [&m.nodes_termination_duration, &m.pods_startup_duration]
+                .iter()
+                .map(|s| s.name().to_string()),
+        );
+        Arc::new(Metrics { families, ..m })
     }
 
     /// A registry holding only these metrics (tests, or a binary without other metrics).

@@ -6,6 +6,10 @@
 //!   `pods_provisioning_bound_duration_seconds`, `pods_provisioning_startup_duration_seconds`
 //!   and `pods_scheduling_decision_duration_seconds` (first seen → nominated by provisioning).
 //!
+//! The same pass sets, for each such pod still waiting, how long it has waited since first seen:
+//! `pods_provisioning_unbound_time_seconds`, `pods_provisioning_unstarted_time_seconds` and
+//! `pods_provisioning_scheduling_undecided_time_seconds` (one series per pod, gone with it).
+//!
 //! Invariants: a pod is observed at most once per histogram; pods already bound or ready when
 //! the replica starts are not observed (their transition happened before it looked); the
 //! times come from the pod's own conditions, so a 5 s pass does not blur them.
@@ -17,7 +21,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::Metrics;
+use super::{Metrics, PodLabels};
 use crate::state::ClusterState;
 
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -94,6 +98,37 @@ impl PodLatencies {
         }
         // Pods that are gone are forgotten.
         self.seen = next;
+        self.set_waiting(&pods);
+    }
+
+    /// The per-pod waiting gauges of the provisioning pods still waiting.
+    fn set_waiting(&self, pods: &[Arc<Pod>]) {
+        let m = &self.metrics;
+        m.pods_provisioning_unbound_time.clear();
+        m.pods_provisioning_unstarted_time.clear();
+        m.pods_provisioning_undecided_time.clear();
+        for pod in pods {
+            let Some(seen) = pod.metadata.uid.as_ref().and_then(|u| self.seen.get(u)) else {
+                continue;
+            };
+            let Some(since) = seen.pending_since else {
+                continue;
+            };
+            let waited = since.elapsed().as_secs_f64();
+            let labels = PodLabels {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            };
+            for (waiting, family) in [
+                (!seen.bound, &m.pods_provisioning_unbound_time),
+                (!seen.started, &m.pods_provisioning_unstarted_time),
+                (!seen.decided, &m.pods_provisioning_undecided_time),
+            ] {
+                if waiting {
+                    family.get_or_create(&labels).set(waited);
+                }
+            }
+        }
     }
 
     fn observe(&self, pod: &Pod, uid: &str, seen: &mut Seen) {

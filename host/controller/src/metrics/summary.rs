@@ -48,6 +48,11 @@ impl Summary {
         }
     }
 
+    /// The family's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// Records `value` for the series whose label is `label_value` ("" without a label).
     pub fn observe(&self, label_value: &str, value: f64) {
         self.observe_at(label_value, value, Instant::now());

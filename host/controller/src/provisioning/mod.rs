@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use crate::config::Settings;
 use crate::events::Events;
 use crate::explain::{ClaimDecision, Explain};
-use crate::metrics::{ControllerLabel, Metrics, SchedulerLabels};
+use crate::metrics::{ControllerLabel, ControllerZone, Metrics, SchedulerLabels};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use kk_apis::crd::{NodeClaim, NodePool};
-use kk_apis::pod::is_provisionable;
+use kk_apis::pod::{effective_zone, is_provisionable};
 
 use catalog::LiveCatalog;
 use kk_engine::scheduling::instance_types::InstanceType;
@@ -248,6 +248,20 @@ impl Provisioner {
         };
         // One series per pass while it runs, as upstream keeps one per scheduler.
         self.metrics.queue_depth.clear();
+        self.metrics.pending_pods_by_zone.clear();
+        let mut by_zone: BTreeMap<String, i64> = BTreeMap::new();
+        for pod in &pods {
+            *by_zone.entry(effective_zone(pod)).or_default() += 1;
+        }
+        for (zone, count) in by_zone {
+            self.metrics
+                .pending_pods_by_zone
+                .get_or_create(&ControllerZone {
+                    controller: ctl.controller.clone(),
+                    zone,
+                })
+                .set(count);
+        }
         self.metrics
             .queue_depth
             .get_or_create(&pass)

@@ -29,14 +29,20 @@ fn group(pod: &Pod) -> u8 {
     u8::from(critical) * 2 + u8::from(is_daemonset_pod(pod))
 }
 
-/// The pod's `terminationGracePeriodSeconds` (the API's default, 30 s, when unset).
-fn grace_period(pod: &Pod) -> jiff::SignedDuration {
-    let secs = pod
-        .spec
+/// The API server's default `terminationGracePeriodSeconds`.
+const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
+
+/// The pod's `terminationGracePeriodSeconds` (the API's default when unset), in seconds.
+pub fn grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
-    jiff::SignedDuration::from_secs(secs.max(0))
+        .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
+        .max(0)
+}
+
+fn grace_period(pod: &Pod) -> jiff::SignedDuration {
+    jiff::SignedDuration::from_secs(grace_seconds(pod))
 }
 
 /// Whether the pod tolerates the taint a draining node carries (it would be scheduled back).

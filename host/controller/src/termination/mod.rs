@@ -41,6 +41,8 @@ use tracing::instrument;
 
 /// How long one eviction call may take (the client retries 429s internally).
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the drain's `TerminationGracePeriodExpiring` warning repeats.
+const GRACE_EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// What termination needs.
 pub struct Terminator {
@@ -276,6 +278,19 @@ impl Terminator {
             .map(|p| (**p).clone())
             .collect();
         let deadline = grace_deadline(nc);
+        if let Some(deadline) = deadline {
+            // Upstream's warning, on the NodeClaim and its Node, while the drain has a deadline.
+            let note = format!("All pods will be deleted by {deadline}");
+            for regarding in [nc.object_ref(&()), node.object_ref(&())] {
+                self.events.publish_deduped(
+                    &regarding,
+                    EventType::Warning,
+                    "TerminationGracePeriodExpiring",
+                    note.clone(),
+                    GRACE_EVENT_EVERY,
+                );
+            }
+        }
         let step = drain::step(&pods, Timestamp::now(), deadline);
         let mut blocked = Vec::new();
         let pdbs: Vec<PodDisruptionBudget> = self
@@ -341,13 +356,16 @@ impl Terminator {
                             && x.namespace().as_deref() == Some(p.namespace.as_str())
                     });
                     if let Some(pod) = pod {
+                        // Upstream's reason for a pod deleted to meet the node's deadline.
+                        let tgp = drain::grace_seconds(pod);
                         self.events.publish(
                             &pod.object_ref(&()),
-                            EventType::Warning,
-                            "TerminationGracePeriodExpiring",
+                            EventType::Normal,
+                            "Disrupted",
                             format!(
-                                "Deleting pod to honor the terminationGracePeriod of NodeClaim {}",
-                                nc.name_any()
+                                "Deleting the pod so that it is gone by the node's termination time {}, keeping its terminationGracePeriodSeconds of {tgp}; this overrides its PodDisruptionBudget and {}",
+                                deadline.map(|d| d.to_string()).unwrap_or_default(),
+                                annotation::DO_NOT_DISRUPT
                             ),
                         );
                     }

@@ -540,3 +540,96 @@ fn versions_move_in_step() {
     let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
     assert!(changelog.contains(&format!("\n## {crate_version}\n")));
 }
+
+/// The metric families the controller exports, plus the leader gauge `main` registers beside
+/// them.
+fn registered_families() -> BTreeSet<String> {
+    let (_registry, metrics) = karpenter_kakaocloud::metrics::Metrics::standalone();
+    let mut names: BTreeSet<String> = metrics.families.iter().cloned().collect();
+    names.insert("leader_election_master_status".into());
+    names
+}
+
+/// Metric names in a PromQL expression (ours, controller-runtime's and the leader gauge).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            ["karpenter_", "controller_runtime_", "leader_election_"]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_dashboard_and_alerts_are_off_by_default_and_query_only_registered_metrics() {
+    let (_dir, chart) = chart_copy();
+    let default = template(&chart, &[]).unwrap();
+    assert!(
+        !default.iter().any(|o| o["kind"] == "PrometheusRule"
+            || o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-dashboards"))),
+        "off by default"
+    );
+    let on = template(
+        &chart,
+        &[
+            "metrics.dashboards.enabled=true",
+            "metrics.prometheusRule.enabled=true",
+        ],
+    )
+    .unwrap();
+    let dashboards = find(&on, "ConfigMap", "karpenter-provider-kakaocloud-dashboards");
+    assert_eq!(dashboards["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(
+        dashboards["data"]["karpenter-kakaocloud.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs: Vec<String> = json["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_owned())
+        .collect();
+    let rule = find(&on, "PrometheusRule", "karpenter-provider-kakaocloud");
+    let alerts: Vec<&Value> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let alert_names: BTreeSet<&str> = alerts.iter().filter_map(|a| a["alert"].as_str()).collect();
+    for want in [
+        "KarpenterNoLeader",
+        "KarpenterCloudProviderErrors",
+        "KarpenterPluginRejected",
+        "KarpenterOwnershipRefused",
+    ] {
+        assert!(alert_names.contains(want), "{want} in {alert_names:?}");
+    }
+    exprs.extend(
+        alerts
+            .iter()
+            .map(|a| a["expr"].as_str().unwrap().to_owned()),
+    );
+    let families = registered_families();
+    for expr in &exprs {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{expr} names a metric");
+        for name in names {
+            let family = ["_bucket", "_total", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .filter(|f| families.contains(*f))
+                .unwrap_or(&name);
+            assert!(
+                families.contains(family),
+                "{name} (in {expr}) is not a metric the controller registers"
+            );
+        }
+    }
+}

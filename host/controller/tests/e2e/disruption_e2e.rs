@@ -300,6 +300,11 @@ async fn a_pdb_blocks_the_drain_and_a_restarted_controller_finishes_it() {
             conditions.of(&name)
         );
     }
+    // The drained pod was evicted, and its Event says so.
+    eventually("an Evicted event", || async {
+        (!env.events("Evicted").await.is_empty()).then_some(())
+    })
+    .await;
     // Nothing is lost: the deployment's pod runs again, on a new node.
     env.wait_running(&ns, "guarded", 1).await;
 }
@@ -381,6 +386,63 @@ async fn do_not_disrupt_pods_hold_their_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_grace_period_deletes_a_held_pod_in_time_for_its_own_grace_period() {
+    let env = Env::start(Options::default()).await;
+    env.apply_guide().await;
+    // 35 s for the node; the pod's default 30 s grace period: deleted 5 s after the claim.
+    env.kubectl_apply(&pool(
+        "deadline",
+        "1h",
+        json!({}),
+        json!({"terminationGracePeriod": "35s"}),
+    ));
+    let ns = env.cp.fresh_namespace("deadline").await.unwrap();
+    let held = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+    let mut d: serde_json::Value =
+        serde_json::from_str(&deployment("stubborn", 1, "deadline", tiny(), json!({}))).unwrap();
+    d["spec"]["template"]["metadata"]["annotations"] = held["metadata"]["annotations"].clone();
+    env.apply_in(&ns, &serde_json::to_string(&d).unwrap());
+    let pod = env.wait_running(&ns, "stubborn", 1).await.remove(0);
+    let claim = env.claims_of("deadline").await.remove(0);
+    delete_claim(&env, &claim_name(&claim)).await;
+
+    let name = claim_name(&claim);
+    eventually(
+        "TerminationGracePeriodExpiring on the NodeClaim",
+        || async {
+            env.events("TerminationGracePeriodExpiring")
+                .await
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("All pods will be deleted by"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // The do-not-disrupt pod is deleted (not evicted) once the deadline leaves it exactly its
+    // own grace period, with upstream's Disrupted event.
+    let pod_name = pod.metadata.name.clone().unwrap();
+    eventually("a Disrupted event on the held pod", || async {
+        env.events("Disrupted")
+            .await
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name.as_str())
+            })
+            .then_some(())
+    })
+    .await;
+    eventually("the NodeClaim gone", || async {
+        (!env.nodeclaims().await.iter().any(|c| claim_name(c) == name)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_of_one_disrupts_one_node_at_a_time() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
@@ -442,7 +504,7 @@ async fn a_budget_of_one_disrupts_one_node_at_a_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expire_after_replaces_an_old_node_before_removing_it() {
+async fn expire_after_deletes_an_old_node_and_its_pod_moves_to_new_capacity() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
     env.kubectl_apply(&pool(
@@ -455,43 +517,51 @@ async fn expire_after_replaces_an_old_node_before_removing_it() {
     env.apply_in(&ns, &deployment("aging", 1, "expiring", small(), json!({})));
     env.wait_running(&ns, "aging", 1).await;
     let old = env.claims_of("expiring").await.remove(0);
+    let conditions = env.record_conditions();
 
-    let replacement = eventually("a replacement NodeClaim", || async {
-        env.claims_of("expiring")
-            .await
-            .into_iter()
-            .find(|c| claim_name(c) != claim_name(&old))
+    // Upstream v1: expiration deletes the NodeClaim (no replacement first).
+    eventually("the old NodeClaim deleted", || async {
+        let claims = env.claims_of("expiring").await;
+        claims
+            .iter()
+            .all(|c| claim_name(c) != claim_name(&old) || c.metadata.deletion_timestamp.is_some())
+            .then_some(())
     })
     .await;
-    // The replacement existed before the old claim started going.
-    let old_now = env
-        .nodeclaims()
+    // New nodes would expire 20 s after they start too; let them live.
+    let api: Api<kk_apis::crd::NodePool> = Api::all(env.kube.clone());
+    let patch = json!({"spec": {"template": {"spec": {"expireAfter": "Never"}}}});
+    api.patch("expiring", &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .into_iter()
-        .find(|c| claim_name(c) == claim_name(&old));
-    if let Some(deleted) = old_now.and_then(|c| c.metadata.deletion_timestamp) {
-        assert!(
-            replacement.metadata.creation_timestamp.unwrap().0 <= deleted.0,
-            "replacement first"
-        );
-    }
+        .unwrap();
+    // The evicted pod went pending and provisioning gave it a new node.
     eventually(
-        "the old NodeClaim gone and the pod running on the replacement",
+        "the old NodeClaim gone and the pod running on a new one",
         || async {
-            let gone = !env
-                .nodeclaims()
-                .await
-                .iter()
-                .any(|c| claim_name(c) == claim_name(&old));
+            let claims = env.claims_of("expiring").await;
+            let gone = !claims.iter().any(|c| claim_name(c) == claim_name(&old));
             let pods = env.pods(&ns, "aging").await;
             let running = pods.iter().any(|p| {
                 p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
                     && p.metadata.deletion_timestamp.is_none()
             });
-            (gone && running).then_some(())
+            (gone && running && !claims.is_empty()).then_some(())
         },
     )
     .await;
+    let old_name = claim_name(&old);
+    assert!(
+        conditions.saw(&old_name, "DisruptionReason", "True", "Expired"),
+        "the old NodeClaim was taken for Expired: {:?}",
+        conditions.of(&old_name)
+    );
+    let text = env.metrics_text();
+    assert!(
+        text.contains(
+            r#"karpenter_nodeclaims_disrupted_total{reason="expired",nodepool="expiring""#
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -554,6 +624,28 @@ async fn changing_the_kcnodeclass_image_drifts_and_replaces_nodes() {
         "the old NodeClaim was Drifted (NodeClassDrifted), then held for Drifted: {:?}",
         conditions.of(&old_name)
     );
+    // Upstream's events on the old NodeClaim while its replacement came up, then as it went.
+    for reason in [
+        "DisruptionLaunching",
+        "DisruptionWaitingReadiness",
+        "DisruptionTerminating",
+    ] {
+        eventually(
+            &format!("a {reason} event on the old NodeClaim"),
+            || async {
+                env.events(reason)
+                    .await
+                    .iter()
+                    .any(|e| {
+                        e.regarding
+                            .as_ref()
+                            .is_some_and(|r| r.name.as_deref() == Some(old_name.as_str()))
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
     env.wait_running(&ns, "drifty", 1).await;
 }
 
@@ -1013,6 +1105,22 @@ async fn explain_names_the_pdb_and_the_budget_that_keep_nodes_and_what_if_replay
             .iter()
             .any(|n| n.metadata.name.as_deref() == Some(frozen_node.as_str()))
     );
+    // And the NodePool says so (upstream's DisruptionBlocked event on the NodePool).
+    eventually(
+        "a DisruptionBlocked event on the frozen NodePool",
+        || async {
+            env.events("DisruptionBlocked")
+                .await
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("NodePool") && r.name.as_deref() == Some("frozen")
+                    })
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let missing = reqwest::get(format!("{base}/explain/node/no-such-node"))
         .await
         .unwrap();

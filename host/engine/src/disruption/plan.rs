@@ -252,25 +252,18 @@ fn command(
     }
 }
 
-/// Expired nodes: one command each, unbudgeted, pod blockers ignored (termination still honours
-/// PDBs and do-not-disrupt until the grace period). Pods that need a node get a replacement first.
-pub fn expiration(sim: &mut Simulator<'_>) -> Vec<Command> {
-    let snapshot = sim.snapshot;
-    let mut out = Vec::new();
-    for (i, node) in snapshot.nodes.iter().enumerate() {
-        if node_blocker(snapshot, node).is_some() || !expired(snapshot, node) {
-            continue;
-        }
-        let cmd = if in_static_pool(snapshot, i) {
-            None
-        } else {
-            command(sim, Method::Expiration, Reason::Expired, vec![i], false)
-        };
-        out.push(
-            cmd.unwrap_or_else(|| delete_only(snapshot, Method::Expiration, Reason::Expired, i)),
-        );
-    }
-    out
+/// Expiration, as upstream's `nodeclaim/expiration` (v1): every managed node past its NodePool's
+/// `expireAfter` is deleted. It is forceful: no budget, no pre-spun replacement, and neither
+/// `do-not-disrupt` nor a PDB stops it here; termination's drain honours them until the
+/// NodeClaim's `terminationGracePeriod`, and provisioning places the evicted pods.
+pub fn expiration(snapshot: &ClusterSnapshot) -> Vec<Command> {
+    (0..snapshot.nodes.len())
+        .filter(|&i| {
+            let node = &snapshot.nodes[i];
+            node.managed() && !node.deleting && expired(snapshot, node)
+        })
+        .map(|i| delete_only(snapshot, Method::Expiration, Reason::Expired, i))
+        .collect()
 }
 
 /// Every empty, consolidatable node within budget, as one delete command.
@@ -659,18 +652,49 @@ pub struct Plan {
     pub graceful: Option<Command>,
     pub scored: Scored,
     /// NodePools with consolidation candidates whose budgets allow no disruption now.
-    pub budget_blocked: Vec<String>,
+    pub budget_blocked: Vec<(String, Reason)>,
+}
+
+/// The NodePools whose budget allows no disruption for a reason one of their nodes is a
+/// candidate for (upstream's per-NodePool `DisruptionBlocked` event), sorted.
+pub fn budget_blocked(
+    snapshot: &ClusterSnapshot,
+    budgets: &BudgetTracker,
+) -> Vec<(String, Reason)> {
+    let mut out: Vec<(String, Reason)> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| blocker(snapshot, n).is_none())
+        .filter_map(|n| {
+            let pool = n.node_pool.clone()?;
+            let reason = if n.drift.is_some() {
+                Reason::Drifted
+            } else if !consolidatable(snapshot, n) {
+                return None;
+            } else if n.is_empty() {
+                Reason::Empty
+            } else {
+                Reason::Underutilized
+            };
+            (budgets.remaining(&pool, reason) == 0).then_some((pool, reason))
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.0, a.1.as_metric()).cmp(&(&b.0, b.1.as_metric())));
+    out.dedup();
+    out
 }
 
 /// Runs every method in order over `snapshot`.
 pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Plan {
     let mut sim = Simulator::new(snapshot);
-    let forceful = expiration(&mut sim);
+    let forceful = expiration(snapshot);
     let mut budgets = BudgetTracker::new(snapshot);
+    let budget_blocked = budget_blocked(snapshot, &budgets);
     if let Some(cmd) = emptiness(&mut sim, &mut budgets) {
         return Plan {
             forceful,
             graceful: Some(cmd),
+            budget_blocked,
             ..Plan::default()
         };
     }
@@ -678,18 +702,11 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         return Plan {
             forceful,
             graceful: Some(cmd),
+            budget_blocked,
             ..Plan::default()
         };
     }
     let scored = score_candidates(&mut sim, scorer);
-    let mut budget_blocked: Vec<String> = scored
-        .order
-        .iter()
-        .filter_map(|&i| snapshot.nodes[i].node_pool.clone())
-        .filter(|p| budgets.remaining(p, Reason::Underutilized) == 0)
-        .collect();
-    budget_blocked.sort();
-    budget_blocked.dedup();
     // Upstream runs multi-node first and takes it; a multi-node set can save less than the best
     // single node (a cheap replacement for one big node), so the larger saving wins here.
     let multi = multi_node(&mut sim, &scored, &budgets);
@@ -711,6 +728,14 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
 /// candidates and the same kind of action (delete, or a replacement that is no dearer) must still
 /// hold. Upstream waits 15 s between planning and this check to let pod churn show.
 pub fn still_valid(cmd: &Command, earlier: &ClusterSnapshot, now: &ClusterSnapshot) -> bool {
+    // Expiration is forceful: it only needs the node still there and not already going.
+    if cmd.reason == Reason::Expired {
+        return cmd.candidates.iter().all(|&i| {
+            now.nodes
+                .iter()
+                .any(|n| n.name == earlier.nodes[i].name && !n.deleting)
+        });
+    }
     let mut nodes = Vec::with_capacity(cmd.candidates.len());
     for &i in &cmd.candidates {
         let name = &earlier.nodes[i].name;
@@ -718,11 +743,7 @@ pub fn still_valid(cmd: &Command, earlier: &ClusterSnapshot, now: &ClusterSnapsh
             return false;
         };
         let node = &now.nodes[j];
-        let blocked = match cmd.reason {
-            Reason::Expired => node_blocker(now, node).is_some(),
-            _ => blocker(now, node).is_some(),
-        };
-        if blocked {
+        if blocker(now, node).is_some() {
             return false;
         }
         if cmd.reason == Reason::Empty && !node.is_empty() {
@@ -737,7 +758,7 @@ pub fn still_valid(cmd: &Command, earlier: &ClusterSnapshot, now: &ClusterSnapsh
     let mut sim = Simulator::new(now);
     let require_saving = matches!(cmd.reason, Reason::Empty | Reason::Underutilized);
     match command(&mut sim, cmd.method, cmd.reason, nodes, require_saving) {
-        None => cmd.reason == Reason::Expired,
+        None => false,
         Some(again) => match (&cmd.replacement, &again.replacement) {
             (None, None) => true,
             (Some(old), Some(new)) => new.price_micros <= old.price_micros,

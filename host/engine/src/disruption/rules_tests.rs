@@ -381,15 +381,20 @@ fn drift_replaces_even_without_saving_and_respects_its_budget() {
 }
 
 #[test]
-fn expired_nodes_are_replaced_before_removal_regardless_of_budgets() {
+fn expired_nodes_are_deleted_regardless_of_budgets_and_do_not_disrupt() {
     let mut s = snapshot(vec![node("old", "m2a.xlarge", 4000, 200_000, &[3000])]);
     s.nodes[0].created = hours_ago(800);
+    s.nodes[0].do_not_disrupt = true;
     s.pools[0].budgets = vec![budget("0")];
     let p = plan(&s, &SavingsPerDisruption);
     assert_eq!(p.forceful.len(), 1);
     assert_eq!(p.forceful[0].reason, Reason::Expired);
-    assert!(p.forceful[0].replacement.is_some());
+    assert!(
+        p.forceful[0].replacement.is_none(),
+        "upstream v1: no pre-spun replacement; provisioning places the pods"
+    );
     assert!(p.graceful.is_none());
+    assert!(crate::disruption::plan::still_valid(&p.forceful[0], &s, &s));
     // expireAfter: Never.
     s.pools[0].expire_after = None;
     assert!(plan(&s, &SavingsPerDisruption).forceful.is_empty());
@@ -515,7 +520,21 @@ fn a_budget_of_zero_names_its_pool() {
     s.pools[0].budgets = vec![budget("0")];
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none());
-    assert_eq!(p.budget_blocked, vec!["default".to_owned()]);
+    assert_eq!(
+        p.budget_blocked,
+        vec![("default".to_owned(), Reason::Underutilized)]
+    );
+    // An empty node is blocked for Empty, a drifted one for Drifted.
+    let mut t = s.clone();
+    t.nodes[0].pods.clear();
+    t.nodes[1].drift = Some(crate::disruption::DriftReason::NodePoolDrifted);
+    assert_eq!(
+        plan(&t, &SavingsPerDisruption).budget_blocked,
+        vec![
+            ("default".to_owned(), Reason::Drifted),
+            ("default".to_owned(), Reason::Empty)
+        ]
+    );
     s.pools[0].budgets.clear();
     assert!(plan(&s, &SavingsPerDisruption).budget_blocked.is_empty());
 }
