@@ -28,10 +28,9 @@ use crate::provisioning::catalog::LiveCatalog;
 use kk_apis::crd::NodeClaim;
 use kk_apis::crd::conditions::DesiredCondition;
 use kk_apis::names::condition;
-use kk_engine::disruption::budgets::BudgetTracker;
 use kk_engine::disruption::build::{self, Objects};
 use kk_engine::disruption::model::{ClusterSnapshot, Reason};
-use kk_engine::disruption::plan::{Command, Method, consolidatable, plan, still_valid};
+use kk_engine::disruption::plan::{Command, Method, Plan, consolidatable, plan, still_valid};
 use kk_engine::disruption::scorer::ConsolidationScorer;
 
 use crate::state::ClusterState;
@@ -272,7 +271,7 @@ impl Disrupter {
             })
             .observe(started.elapsed().as_secs_f64());
         self.explain(&snapshot, &plan.scored);
-        self.record_gauges(&snapshot, &plan.scored);
+        self.record_gauges(&snapshot, &plan);
         self.write_conditions(&snapshot).await;
         for (pool, reason) in &plan.budget_blocked {
             if let Some(np) = self
@@ -330,11 +329,7 @@ impl Disrupter {
     /// The pass's gauges, from its snapshot: upstream's eligible nodes per reason, allowed
     /// disruptions and nodes consuming budgets per NodePool and reason, cost per NodePool, the
     /// instance-type catalog, and the Balanced policy's scores.
-    fn record_gauges(
-        &self,
-        snapshot: &ClusterSnapshot,
-        scored: &kk_engine::disruption::plan::Scored,
-    ) {
+    fn record_gauges(&self, snapshot: &ClusterSnapshot, plan: &Plan) {
         let m = &self.metrics;
         let live = || snapshot.nodes.iter().filter(|n| n.managed() && !n.deleting);
         let drifted = live().filter(|n| n.drift.is_some()).count();
@@ -357,18 +352,11 @@ impl Disrupter {
                 })
                 .set(count as i64);
         }
-        let budgets = BudgetTracker::new(snapshot);
         m.nodepools_allowed_disruptions.clear();
         m.nodepools_nodes_consuming_budgets.clear();
         m.nodepools_cost_total.clear();
         for pool in &snapshot.pools {
-            let in_pool = || {
-                snapshot
-                    .nodes
-                    .iter()
-                    .filter(|n| n.managed() && n.node_pool.as_deref() == Some(pool.name.as_str()))
-            };
-            let consuming = in_pool().filter(|n| n.deleting || !n.ready).count();
+            let consuming = plan.budgets.disrupting(&pool.name);
             for reason in [Reason::Empty, Reason::Underutilized, Reason::Drifted] {
                 let labels = NodePoolReason {
                     nodepool: pool.name.clone(),
@@ -376,15 +364,12 @@ impl Disrupter {
                 };
                 m.nodepools_allowed_disruptions
                     .get_or_create(&labels)
-                    .set(i64::from(budgets.remaining(&pool.name, reason)));
+                    .set(i64::from(plan.budgets.remaining(&pool.name, reason)));
                 m.nodepools_nodes_consuming_budgets
                     .get_or_create(&labels)
-                    .set(consuming as i64);
+                    .set(i64::from(consuming));
             }
-            let cost: u64 = in_pool()
-                .filter(|n| !n.deleting)
-                .map(|n| n.price_micros)
-                .sum();
+            let cost = snapshot.hourly_price_micros_of(Some(&pool.name));
             m.nodepools_cost_total
                 .get_or_create(&NodePoolLabel {
                     nodepool: pool.name.clone(),
@@ -417,7 +402,7 @@ impl Disrupter {
                     .set(o.price_micros as f64 / 1e6);
             }
         }
-        for &(i, score, approved) in &scored.balanced {
+        for &(i, score, approved) in &plan.scored.balanced {
             let labels = MoveLabels {
                 decision: if approved { "approved" } else { "rejected" }.into(),
                 nodepool: snapshot.nodes[i].node_pool.clone().unwrap_or_default(),

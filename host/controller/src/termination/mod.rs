@@ -34,7 +34,7 @@ use crate::state::{ClusterState, Feeds};
 use kakaocloud::ownership::KeyringHandle;
 use kakaocloud::{self, DeleteOwnedError};
 use kk_apis::crd::NodeClaim;
-use kk_apis::crd::conditions::DesiredCondition;
+use kk_apis::crd::conditions::{DesiredCondition, is_true};
 use kk_apis::pod::pdb_blocked;
 use kk_apis::provider_id::parse_provider_id;
 use tracing::instrument;
@@ -415,7 +415,11 @@ impl Terminator {
             return Ok(Some(wait));
         }
         let drained = DesiredCondition::truthy(condition::DRAINED, condition::DRAINED, "");
-        if !has_true(nc, condition::DRAINED) {
+        if !nc
+            .status
+            .as_ref()
+            .is_some_and(|s| is_true(&s.conditions, condition::DRAINED))
+        {
             self.metrics.node_drained(nc);
         }
         let expired = deadline.is_some_and(|d| Timestamp::now() >= d);
@@ -552,14 +556,6 @@ where
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Whether `nc` has condition `type_` at True.
-fn has_true(nc: &NodeClaim, type_: &str) -> bool {
-    nc.status
-        .iter()
-        .flat_map(|s| s.conditions.iter())
-        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// Seconds since `nc`'s condition `type_` last changed.

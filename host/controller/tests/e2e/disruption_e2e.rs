@@ -81,26 +81,9 @@ fn claim_name(c: &NodeClaim) -> String {
 async fn install_guide_cleanup_removes_empty_nodes_and_their_instances() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
-    let ns = env.cp.fresh_namespace("demo").await.unwrap();
-    let demo = format!(
-        "{}/../../examples/install-guide/karpenter-demo.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    env.kubectl(&["-n", &ns, "apply", "-f", &demo]);
-    env.wait_running(&ns, "karpenter-demo", 3).await;
+    let ns = env.run_guide_demo().await;
     assert!(live_instances(&env) > 0);
-    // The guide waits consolidateAfter (10m); the test shortens it.
-    let api: Api<kk_apis::crd::NodePool> = Api::all(env.kube.clone());
-    let patch = json!({"spec": {"disruption": {"consolidateAfter": "3s"}}});
-    api.patch(
-        "karpenter-default",
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
-
-    env.kubectl(&["-n", &ns, "delete", "-f", &demo]);
+    env.clean_up_guide_demo(&ns).await;
     eventually("NodeClaims, Nodes and instances gone", || async {
         let claims = env.claims_of("karpenter-default").await;
         let nodes = env.nodes().await;

@@ -7,12 +7,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::support::{Env, Options, eventually};
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+
+/// The labels the Node Summary selects the request gauges by and joins them to allocatable on.
+const NODE_SUMMARY_JOIN: &[&str] = &[
+    "nodepool",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "resource_type",
+    "node_name",
+];
 
 /// (metric, labels the dashboards read from it).
 const DASHBOARD_SERIES: &[(&str, &[&str])] = &[
     // Capacity: template variables, Nodepool Summary, Node Summary, Spot percentage.
+    // The Node Summary's columns and the template variables.
     (
         "karpenter_nodes_allocatable",
         &[
@@ -27,30 +37,8 @@ const DASHBOARD_SERIES: &[(&str, &[&str])] = &[
             "instance_cpu",
         ],
     ),
-    (
-        "karpenter_nodes_total_pod_requests",
-        &[
-            "nodepool",
-            "zone",
-            "arch",
-            "capacity_type",
-            "instance_type",
-            "resource_type",
-            "node_name",
-        ],
-    ),
-    (
-        "karpenter_nodes_total_daemon_requests",
-        &[
-            "nodepool",
-            "zone",
-            "arch",
-            "capacity_type",
-            "instance_type",
-            "resource_type",
-            "node_name",
-        ],
-    ),
+    ("karpenter_nodes_total_pod_requests", NODE_SUMMARY_JOIN),
+    ("karpenter_nodes_total_daemon_requests", NODE_SUMMARY_JOIN),
     ("karpenter_nodes_created_total", &["nodepool"]),
     ("karpenter_nodes_terminated_total", &["nodepool"]),
     ("karpenter_nodeclaims_disrupted_total", &["nodepool"]),
@@ -130,13 +118,7 @@ fn samples(text: &str) -> Vec<Sample> {
 async fn upstream_dashboards_find_every_metric_and_label_they_query() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
-    let ns = env.cp.fresh_namespace("demo").await.unwrap();
-    let demo = format!(
-        "{}/../../examples/install-guide/karpenter-demo.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    env.kubectl(&["-n", &ns, "apply", "-f", &demo]);
-    env.wait_running(&ns, "karpenter-demo", 3).await;
+    let ns = env.run_guide_demo().await;
 
     // While the demo runs: the node gauges of every node carry one label set, so the Node
     // Summary's one-to-one `+` and `/` match.
@@ -203,16 +185,7 @@ async fn upstream_dashboards_find_every_metric_and_label_they_query() {
 
     // Then the guide's cleanup, with consolidateAfter shortened: nodes are disrupted and
     // terminated, which the remaining panels count.
-    let api: Api<kk_apis::crd::NodePool> = Api::all(env.kube.clone());
-    let patch = json!({"spec": {"disruption": {"consolidateAfter": "3s"}}});
-    api.patch(
-        "karpenter-default",
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
-    env.kubectl(&["-n", &ns, "delete", "-f", &demo]);
+    env.clean_up_guide_demo(&ns).await;
     // Node and pod gauges were read while the demo ran; the counters and summaries after.
     let all = eventually("every dashboard series present", || async {
         let mut all = samples(&env.metrics_text());

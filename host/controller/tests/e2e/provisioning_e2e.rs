@@ -32,16 +32,7 @@ async fn install_guide_step_5_runs_the_demo_on_new_nodes() {
     let env = Env::start(Options::default()).await;
     env.apply_guide().await;
     let ns = env.cp.fresh_namespace("demo").await.unwrap();
-    env.kubectl(&[
-        "-n",
-        &ns,
-        "apply",
-        "-f",
-        &format!(
-            "{}/../../examples/install-guide/karpenter-demo.yaml",
-            env!("CARGO_MANIFEST_DIR")
-        ),
-    ]);
+    env.kubectl(&["-n", &ns, "apply", "-f", &support::guide_demo()]);
 
     let pods = running(&env, &ns, "app=karpenter-demo", 3).await;
     // Every node registered, so no bootstrap token is left in kube-system.

@@ -297,6 +297,40 @@ impl Drop for Env {
     }
 }
 
+/// The install guide's Step 5 demo (a 3-replica Deployment), as a file for `kubectl -f`.
+pub fn guide_demo() -> String {
+    format!(
+        "{}/../../examples/install-guide/karpenter-demo.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+impl Env {
+    /// Applies the guide's demo in a fresh namespace and waits for its 3 pods to run; returns
+    /// the namespace.
+    pub async fn run_guide_demo(&self) -> String {
+        let ns = self.cp.fresh_namespace("demo").await.unwrap();
+        self.kubectl(&["-n", &ns, "apply", "-f", &guide_demo()]);
+        self.wait_running(&ns, "karpenter-demo", 3).await;
+        ns
+    }
+
+    /// The guide's cleanup: deletes the demo, with the guide NodePool's consolidateAfter (10m)
+    /// shortened to 3 s so its emptied nodes go within the test.
+    pub async fn clean_up_guide_demo(&self, ns: &str) {
+        let api: Api<crd::NodePool> = Api::all(self.kube.clone());
+        let patch = json!({"spec": {"disruption": {"consolidateAfter": "3s"}}});
+        api.patch(
+            "karpenter-default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        self.kubectl(&["-n", ns, "delete", "-f", &guide_demo()]);
+    }
+}
+
 pub fn guide_file(name: &str) -> String {
     std::fs::read_to_string(format!("{GUIDE}/{name}")).expect("guide file")
 }

@@ -51,10 +51,12 @@ pub fn allowed_by_budgets(budgets: &[Budget], reason: Reason, total: u32, now: T
 }
 
 /// Disruptions left for each pool and reason in this snapshot.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct BudgetTracker {
     /// (pool, reason) -> nodes that may still start disrupting.
     left: Vec<(String, Reason, u32)>,
+    /// pool -> nodes already disrupting (deleting or not ready), which consume its budgets.
+    disrupting: Vec<(String, u32)>,
 }
 
 impl BudgetTracker {
@@ -62,6 +64,7 @@ impl BudgetTracker {
     /// already disrupting (deleting, or not ready), then evaluates every reason's budgets.
     pub fn new(snapshot: &ClusterSnapshot) -> BudgetTracker {
         let mut left = Vec::new();
+        let mut disrupting_by_pool = Vec::new();
         for pool in &snapshot.pools {
             let nodes = snapshot
                 .nodes
@@ -89,8 +92,12 @@ impl BudgetTracker {
                     allowed.saturating_sub(disrupting),
                 ));
             }
+            disrupting_by_pool.push((pool.name.clone(), disrupting));
         }
-        BudgetTracker { left }
+        BudgetTracker {
+            left,
+            disrupting: disrupting_by_pool,
+        }
     }
 
     /// Nodes of `pool` that may still start disrupting for `reason`.
@@ -99,6 +106,15 @@ impl BudgetTracker {
             .iter()
             .find(|(p, r, _)| p == pool && *r == reason)
             .map_or(0, |(_, _, n)| *n)
+    }
+
+    /// Nodes of `pool` already disrupting when the tracker was built (upstream's
+    /// `nodepools_nodes_consuming_budgets`).
+    pub fn disrupting(&self, pool: &str) -> u32 {
+        self.disrupting
+            .iter()
+            .find(|(p, _)| p == pool)
+            .map_or(0, |(_, n)| *n)
     }
 
     /// Takes one disruption of `pool` for `reason`; false when none is left. A node taken for one

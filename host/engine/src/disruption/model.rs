@@ -319,9 +319,16 @@ impl ClusterSnapshot {
 
     /// Sum of the hourly prices of every managed node.
     pub fn hourly_price_micros(&self) -> u64 {
+        self.hourly_price_micros_of(None)
+    }
+
+    /// Sum of the hourly prices of the managed nodes of `pool` (of every pool for `None`),
+    /// leaving out the nodes already being deleted.
+    pub fn hourly_price_micros_of(&self, pool: Option<&str>) -> u64 {
         self.nodes
             .iter()
             .filter(|n| n.managed() && !n.deleting)
+            .filter(|n| pool.is_none_or(|p| n.node_pool.as_deref() == Some(p)))
             .map(|n| n.price_micros)
             .sum()
     }

@@ -653,6 +653,8 @@ pub struct Plan {
     pub scored: Scored,
     /// NodePools with consolidation candidates whose budgets allow no disruption now.
     pub budget_blocked: Vec<(String, Reason)>,
+    /// The budgets as they stood before this pass took any (the pass's gauges report them).
+    pub budgets: BudgetTracker,
 }
 
 /// The NodePools whose budget allows no disruption for a reason one of their nodes is a
@@ -688,13 +690,15 @@ pub fn budget_blocked(
 pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Plan {
     let mut sim = Simulator::new(snapshot);
     let forceful = expiration(snapshot);
-    let mut budgets = BudgetTracker::new(snapshot);
-    let budget_blocked = budget_blocked(snapshot, &budgets);
+    let initial = BudgetTracker::new(snapshot);
+    let budget_blocked = budget_blocked(snapshot, &initial);
+    let mut budgets = initial.clone();
     if let Some(cmd) = emptiness(&mut sim, &mut budgets) {
         return Plan {
             forceful,
             graceful: Some(cmd),
             budget_blocked,
+            budgets: initial,
             ..Plan::default()
         };
     }
@@ -703,6 +707,7 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
             forceful,
             graceful: Some(cmd),
             budget_blocked,
+            budgets: initial,
             ..Plan::default()
         };
     }
@@ -721,6 +726,7 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         graceful,
         scored,
         budget_blocked,
+        budgets: initial,
     }
 }
 

@@ -535,6 +535,16 @@ fn a_budget_of_zero_names_its_pool() {
             ("default".to_owned(), Reason::Empty)
         ]
     );
+    assert_eq!(p.budgets.disrupting("default"), 0);
+    let mut going = s.clone();
+    going.nodes[1].deleting = true;
+    assert_eq!(
+        plan(&going, &SavingsPerDisruption)
+            .budgets
+            .disrupting("default"),
+        1,
+        "a deleting node consumes the budget"
+    );
     s.pools[0].budgets.clear();
     assert!(plan(&s, &SavingsPerDisruption).budget_blocked.is_empty());
 }
