@@ -131,8 +131,9 @@ impl Debug for ClusterState {
 }
 
 /// What the stores keep of a watched object. Nothing here reads `managedFields` or kubectl's
-/// last-applied copy, nor a pod's container statuses; dropping them before the store keeps a
-/// large cluster's objects small (the scale bench's controller held 615 MiB at 20,000 pods).
+/// last-applied copy; dropping them, and each kind's fields no controller reads, before the
+/// store keeps a large cluster's objects small (the scale bench's controller held 615 MiB at
+/// 20,000 pods). The stores are read-only views: nothing is ever written back from them.
 pub trait Trim: Resource<DynamicType = ()> {
     fn trim(&mut self) {
         let meta = self.meta_mut();
@@ -147,16 +148,71 @@ pub trait Trim: Resource<DynamicType = ()> {
     fn trim_kind(&mut self) {}
 }
 
+/// A pod keeps what scheduling, disruption and draining read: resources, host ports, restart
+/// policies (sidecars), volumes that are claims, constraints, phase and conditions. How its
+/// containers run (image, command, environment, probes, mounts) and where (IPs, container
+/// statuses) is dropped, and so is every pod's projected service-account token volume.
 impl Trim for Pod {
     fn trim_kind(&mut self) {
+        if let Some(spec) = self.spec.as_mut() {
+            let containers = spec.init_containers.iter_mut().flatten();
+            for c in spec.containers.iter_mut().chain(containers) {
+                trim_container(c);
+            }
+            spec.ephemeral_containers = None;
+            if let Some(volumes) = spec.volumes.as_mut() {
+                volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+            }
+            spec.image_pull_secrets = None;
+            spec.dns_config = None;
+            spec.security_context = None;
+            spec.readiness_gates = None;
+        }
         if let Some(status) = self.status.as_mut() {
             status.container_statuses = None;
             status.init_container_statuses = None;
             status.ephemeral_container_statuses = None;
+            status.host_ip = None;
+            status.host_ips = None;
+            status.pod_ip = None;
+            status.pod_ips = None;
+            status.message = None;
+            status.resource_claim_statuses = None;
         }
     }
 }
-impl Trim for Node {}
+
+fn trim_container(c: &mut k8s_openapi::api::core::v1::Container) {
+    c.image = None;
+    c.command = None;
+    c.args = None;
+    c.env = None;
+    c.env_from = None;
+    c.volume_mounts = None;
+    c.volume_devices = None;
+    c.liveness_probe = None;
+    c.readiness_probe = None;
+    c.startup_probe = None;
+    c.lifecycle = None;
+    c.security_context = None;
+    c.termination_message_path = None;
+    c.termination_message_policy = None;
+    c.working_dir = None;
+    c.image_pull_policy = None;
+    c.resize_policy = None;
+    if let Some(ports) = c.ports.as_mut() {
+        ports.retain(|p| p.host_port.is_some());
+    }
+}
+
+/// A Node drops the container images it holds: a real node lists dozens, each with its names.
+impl Trim for Node {
+    fn trim_kind(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+        }
+    }
+}
 impl Trim for NodePool {}
 impl Trim for NodeClaim {}
 impl Trim for DaemonSet {}
@@ -749,6 +805,60 @@ mod tests {
         );
         assert_eq!(other.nomination_of("pod-uid").unwrap().0, "c1");
         assert!(!other.is_nominated("n2"));
+    }
+
+    #[test]
+    fn trimming_keeps_what_scheduling_reads_and_drops_how_containers_run() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "managedFields": [{"manager": "kubectl"}],
+                "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+            "spec": {
+                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "1"}}}],
+                "initContainers": [{"name": "sidecar", "image": "envoy", "restartPolicy": "Always",
+                    "resources": {"requests": {"memory": "1Gi"}}}],
+                "volumes": [
+                    {"name": "kube-api-access", "projected": {"sources": []}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "app", "image": "nginx", "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap();
+        p.trim();
+        let spec = p.spec.as_ref().unwrap();
+        let app = &spec.containers[0];
+        assert_eq!(app.image, None);
+        assert_eq!(app.env, None);
+        assert_eq!(
+            app.resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+            "1"
+        );
+        let ports = app.ports.as_ref().unwrap();
+        assert_eq!(ports.len(), 1, "only host ports constrain scheduling");
+        assert_eq!(ports[0].host_port, Some(8080));
+        let sidecar = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        assert!(sidecar.resources.is_some());
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["data"]);
+        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.conditions.as_ref().unwrap().len(), 1);
+        assert_eq!(status.pod_ip, None);
+        assert_eq!(status.container_statuses, None);
+        assert_eq!(p.metadata.managed_fields, None);
+        assert!(kk_apis::pod::do_not_disrupt(&p, jiff::Timestamp::now()));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use kk_apis::NodeClaim;
-use kk_apis::crd::conditions::DesiredCondition;
+use kk_apis::crd::conditions::{DesiredCondition, is_true};
 use kk_apis::names::{condition, label, taint};
 use kk_engine::scheduling::resources::parse_milli;
 use kk_engine::scheduling::translate;
@@ -120,10 +120,18 @@ impl Lifecycle {
         node: &Node,
     ) -> Result<Initialization, LifecycleError> {
         let state = initialization(nc, node, self.settings.cni == "cilium");
+        // The claim's condition too: a stale read of the Node must not label it twice.
         let labelled = node
             .labels()
             .get(label::INITIALIZED)
-            .is_some_and(|v| v == "true");
+            .is_some_and(|v| v == "true")
+            || is_true(
+                nc.status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or(&[]),
+                condition::INITIALIZED,
+            );
         if state.done() && !labelled {
             let nodes: Api<Node> = Api::all(self.client.clone());
             nodes

@@ -61,6 +61,21 @@ pub(super) fn registration_patch(nc: &NodeClaim, node: &Node) -> serde_json::Val
     })
 }
 
+/// Whether the Node was synced already (it carries `karpenter.sh/registered`).
+fn is_synced(node: &Node) -> bool {
+    node.labels()
+        .get(label::REGISTERED)
+        .is_some_and(|v| v == "true")
+}
+
+/// Whether the Node still needs its one sync. Once only, as upstream: a second sync from a stale
+/// read would put back the startup taints an agent has already removed, and the Node's watch can
+/// lag our own patch by seconds at scale.
+pub(super) fn needs_sync(nc: &NodeClaim, node: &Node) -> bool {
+    let conditions = nc.status.as_ref().map(|s| s.conditions.as_slice());
+    !is_true(conditions.unwrap_or(&[]), condition::REGISTERED) && !is_synced(node)
+}
+
 impl Lifecycle {
     /// The Node of `nc` exists: sync it once, then follow its initialization.
     pub(super) async fn registered(
@@ -69,11 +84,7 @@ impl Lifecycle {
         node: &Node,
     ) -> Result<Action, LifecycleError> {
         let node_name = node.name_any();
-        let first_sync = node
-            .labels()
-            .get(label::REGISTERED)
-            .is_none_or(|v| v != "true");
-        let node = if first_sync {
+        let node = if needs_sync(nc, node) {
             let had_taint = node
                 .spec
                 .as_ref()
@@ -107,27 +118,35 @@ impl Lifecycle {
                 {
                     Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => {
                         current = nodes.get(&node_name).await?;
+                        if is_synced(&current) {
+                            // An earlier reconcile synced it; this read was stale.
+                            break None;
+                        }
                     }
-                    result => break result?,
+                    result => break Some(result?),
                 }
             };
-            tracing::info!(node = %node_name, "registered nodeclaim");
-            // The node joined: its bootstrap token has no use left.
-            self.delete_bootstrap_token(&nc.name_any()).await?;
-            self.metrics.node_created(nc);
-            synced
+            match synced {
+                Some(synced) => {
+                    tracing::info!(node = %node_name, "registered nodeclaim");
+                    // The node joined: its bootstrap token has no use left.
+                    self.delete_bootstrap_token(&nc.name_any()).await?;
+                    self.metrics.node_created(nc);
+                    synced
+                }
+                None => current,
+            }
         } else {
             node.clone()
         };
         let registered = DesiredCondition::truthy(condition::REGISTERED, "Registered", "");
         let initialized = self.initialize(nc, &node).await?;
         let init_cond = initialized.condition();
-        self.set_conditions(
-            nc,
-            &[registered, init_cond],
-            Some(json!({ "nodeName": node_name })),
-        )
-        .await?;
+        let recorded = nc.status.as_ref().and_then(|s| s.node_name.as_deref());
+        let node_name_patch =
+            (recorded != Some(node_name.as_str())).then(|| json!({ "nodeName": node_name }));
+        self.set_conditions(nc, &[registered, init_cond], node_name_patch)
+            .await?;
         Ok(if initialized.done() {
             Action::requeue(Duration::from_secs(300))
         } else {
@@ -180,6 +199,32 @@ pub(super) mod tests {
         assert_eq!(
             keys(&synced_taints(&nc, &n)),
             ["team", taint::CILIUM_AGENT_NOT_READY]
+        );
+    }
+
+    #[test]
+    fn a_node_is_synced_once_whatever_a_stale_read_shows() {
+        let mut nc = claim(json!([]), json!([]));
+        let fresh = node(
+            json!([{"key": taint::UNREGISTERED, "effect": "NoExecute"}]),
+            json!({}),
+        );
+        assert!(needs_sync(&nc, &fresh));
+        let labelled = node(json!([]), json!({"labels": {label::REGISTERED: "true"}}));
+        assert!(!needs_sync(&nc, &labelled));
+        nc.status = Some(kk_apis::NodeClaimStatus {
+            conditions: vec![
+                serde_json::from_value(json!({
+                    "type": condition::REGISTERED, "status": "True", "reason": "Registered",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"
+                }))
+                .unwrap(),
+            ],
+            ..Default::default()
+        });
+        assert!(
+            !needs_sync(&nc, &fresh),
+            "a Registered claim is not synced again from a Node read before its sync"
         );
     }
 

@@ -136,26 +136,20 @@ impl Provisioner {
         }
     }
 
-    /// Whether a pod is still covered by an earlier pass's nomination.
-    fn covered(&self, pod: &Pod, claims: &HashMap<String, Arc<NodeClaim>>) -> bool {
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            return false;
-        };
-        let Some((target, _age)) = self.state.nomination_of(uid) else {
-            return false;
-        };
-        let Some(nc) = claims.get(&target) else {
-            return false;
-        };
+    /// The NodeClaim whose nomination still covers a pod, if an earlier pass's does.
+    fn covered(&self, pod: &Pod, claims: &HashMap<String, Arc<NodeClaim>>) -> Option<String> {
+        let uid = pod.metadata.uid.as_deref()?;
+        let (target, _age) = self.state.nomination_of(uid)?;
+        let nc = claims.get(&target)?;
         if nc.metadata.deletion_timestamp.is_some() {
-            return false;
+            return None;
         }
         let conditions = nc
             .status
             .as_ref()
             .map(|s| s.conditions.as_slice())
             .unwrap_or(&[]);
-        match conditions
+        let within = match conditions
             .iter()
             .find(|c| c.type_ == "Initialized" && c.status == "True")
         {
@@ -165,11 +159,13 @@ impl Provisioner {
                     k8s_openapi::jiff::Timestamp::now().duration_since(c.last_transition_time.0);
                 since.as_secs() < NOMINATION_WINDOW.as_secs() as i64
             }
-        }
+        };
+        within.then_some(target)
     }
 
-    /// Pods that need a node now.
-    pub fn provisionable_pods(&self) -> Vec<Pod> {
+    /// Pods that need a node now, and the pods an earlier pass's nomination still covers, by the
+    /// NodeClaim they were nominated to.
+    fn pending_pods(&self) -> (Vec<Pod>, HashMap<String, Vec<Arc<Pod>>>) {
         let claims: HashMap<String, Arc<NodeClaim>> = self
             .state
             .nodeclaims
@@ -177,17 +173,19 @@ impl Provisioner {
             .into_iter()
             .map(|c| (c.name_any(), c))
             .collect();
-        let mut pods: Vec<Pod> = self
-            .state
-            .pods
-            .state()
-            .iter()
-            .filter(|p| is_provisionable(p))
-            .filter(|p| !self.covered(p, &claims))
-            .map(|p| (**p).clone())
-            .collect();
+        let mut pods = Vec::new();
+        let mut covered: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        for p in self.state.pods.state() {
+            if !is_provisionable(&p) {
+                continue;
+            }
+            match self.covered(&p, &claims) {
+                Some(claim) => covered.entry(claim).or_default().push(p),
+                None => pods.push((*p).clone()),
+            }
+        }
         pods.sort_by_key(|a| (a.namespace(), a.name_any()));
-        pods
+        (pods, covered)
     }
 
     /// Runs the controller: a pass per batch, plus a pass every 10 s while pods wait.
@@ -238,7 +236,7 @@ impl Provisioner {
 
     /// One pass over the current provisionable pods.
     pub async fn provision_once(&self) -> Result<PassOutcome, ProvisionError> {
-        let pods = self.provisionable_pods();
+        let (pods, mut covered) = self.pending_pods();
         let ctl = ControllerLabel {
             controller: "provisioner".into(),
         };
@@ -361,7 +359,15 @@ impl Provisioner {
                         .collect::<Vec<_>>()
                 })
                 .unwrap_or_default();
-            let pods = bound.remove(&name).unwrap_or_default();
+            let mut pods = bound.remove(&name).unwrap_or_default();
+            // The pods still nominated to this node's NodeClaim keep their room: kube-scheduler
+            // may not have bound them yet, and another pass must not promise it twice.
+            if let Some(nominated) = claim_by_node
+                .get(&name)
+                .and_then(|c| covered.remove(&c.name_any()))
+            {
+                pods.extend(nominated);
+            }
             existing.push(translate::existing_node(node, pods, &startup));
         }
         for nc in &claims {
@@ -371,7 +377,8 @@ impl Provisioner {
                 .and_then(|s| s.node_name.as_ref())
                 .is_some();
             if nc.metadata.deletion_timestamp.is_none() && !registered {
-                existing.push(translate::inflight_node(nc, &catalog));
+                let nominated = covered.remove(&nc.name_any()).unwrap_or_default();
+                existing.push(translate::inflight_node(nc, &catalog, nominated));
             }
         }
         let daemonsets = self.state.daemonset_pods();

@@ -139,8 +139,14 @@ pub fn existing_node(
 
 /// An in-flight NodeClaim (no Node yet) as a place pods can go: labelled with its resolved
 /// single-valued requirements, sized by its allocatable (or, before launch, the smallest of its
-/// instance types), minus what it was created for.
-pub fn inflight_node(nc: &NodeClaim, catalog: &[InstanceType]) -> ExistingNode {
+/// instance types). `nominated` are the pending pods earlier passes still promise it: they count
+/// in topology as if bound, and the claim keeps room for the larger of what it was created for
+/// and what they request.
+pub fn inflight_node(
+    nc: &NodeClaim,
+    catalog: &[InstanceType],
+    nominated: Vec<std::sync::Arc<Pod>>,
+) -> ExistingNode {
     let mut labels = nc.labels().clone();
     for r in &nc.spec.requirements {
         if r.operator == Operator::In && r.values.len() == 1 {
@@ -175,12 +181,17 @@ pub fn inflight_node(nc: &NodeClaim, catalog: &[InstanceType]) -> ExistingNode {
         .as_ref()
         .and_then(|r| resources::from_list(&r.requests).ok())
         .unwrap_or_default();
+    let promised = nominated
+        .iter()
+        .filter_map(|p| resources::pod_requests(p.spec.as_ref()?).ok())
+        .fold(Resources::default(), |sum, r| sum.add(&r));
     ExistingNode {
         name: nc.name_any(),
         labels,
         taints: nc.spec.taints.iter().map(Taint::from).collect(),
-        allocatable: allocatable.saturating_sub(&requested),
-        pods: Vec::new(),
+        // The scheduler subtracts the nominated pods' own requests.
+        allocatable: allocatable.saturating_sub(&requested.saturating_sub(&promised)),
+        pods: nominated,
     }
 }
 
@@ -390,10 +401,36 @@ pub(crate) mod tests {
             InstanceType::new("m2a.large", Resources::new(2000, 8 << 30, 110), vec![]),
             InstanceType::new("m2a.xlarge", Resources::new(4000, 16 << 30, 110), vec![]),
         ];
-        let inflight = inflight_node(&nc, &catalog);
+        let inflight = inflight_node(&nc, &catalog, Vec::new());
         assert_eq!(inflight.labels[label::HOSTNAME], name);
         let expect = catalog[0].allocatable().saturating_sub(&draft.requests);
         assert_eq!(inflight.allocatable, expect);
+
+        // Pods an earlier pass still promises it count as bound (topology sees them), and the
+        // claim keeps room for the larger of its requests (1500m) and theirs.
+        let pod = |cpu: &str| {
+            std::sync::Arc::new(
+                serde_json::from_value::<Pod>(serde_json::json!({
+                    "metadata": {"name": "p", "labels": {"app": "a"}},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                }))
+                .unwrap(),
+            )
+        };
+        let cpu = |r: &Resources| r.get(resources::Dim::CpuMillis);
+        let within = inflight_node(&nc, &catalog, vec![pod("1")]);
+        assert_eq!(within.pods.len(), 1);
+        assert_eq!(
+            cpu(&within.allocatable) - 1000,
+            cpu(&expect),
+            "1500m kept in all"
+        );
+        let beyond = inflight_node(&nc, &catalog, vec![pod("1"), pod("1")]);
+        assert_eq!(
+            cpu(&beyond.allocatable),
+            cpu(&catalog[0].allocatable()),
+            "2000m promised, more than it was created for: the scheduler subtracts all of it"
+        );
     }
 
     #[test]
