@@ -17,6 +17,7 @@ pub struct Cluster {
     pub sim: Simulator,
     pub kube: kube::Client,
     pub work: tempfile::TempDir,
+    _cilium: CiliumAgents,
 }
 
 impl Cluster {
@@ -42,11 +43,13 @@ impl Cluster {
             let client = client.clone();
             Box::pin(async move { register_node(&client, &booted).await })
         });
+        let cilium = cilium_agents(kube.clone());
         let cluster = Cluster {
             cp,
             sim,
             kube,
             work: tempfile::Builder::new().prefix("kk-demo-").tempdir()?,
+            _cilium: cilium,
         };
         cluster.register_managed_node().await?;
         Ok(cluster)

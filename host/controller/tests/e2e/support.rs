@@ -80,6 +80,7 @@ pub struct Env {
     ranker: Option<Arc<dyn InstanceRanker>>,
     renderer: Option<Arc<dyn UserdataRenderer>>,
     plugins: Option<Arc<kk_plugin_runtime::Registry>>,
+    _cilium: Option<kk_demo::CiliumAgents>,
 }
 
 impl Env {
@@ -101,6 +102,7 @@ impl Env {
         let sim = Simulator::start(options.sim)
             .await
             .expect("simulator starts");
+        let cilium = options.kubelets.then(|| cilium_agents(kube.clone()));
         if options.kubelets {
             let client = kube.clone();
             sim.set_boot_hook(move |booted| {
@@ -134,6 +136,7 @@ impl Env {
             ranker: options.ranker,
             renderer: options.renderer,
             plugins: options.plugins,
+            _cilium: cilium,
         };
         env.start_operator().await;
         env
@@ -369,7 +372,7 @@ where
 
 /// What kubelet does on first start: register the Node from the userdata's JoinConfiguration
 /// (and, with Cilium, what its agent does: clear its startup taint once the Node is Ready).
-pub use kk_demo::register_node;
+pub use kk_demo::{cilium_agents, register_node};
 
 /// The guide's NodePool renamed to `name`, its nodes labelled `workload-type: <name>`, with
 /// `spec` merged over its `spec.template.spec` and `limits` replacing its limits when given

@@ -43,7 +43,7 @@ pub struct Args {
     /// Rows of the scale-out/in run, in order.
     #[arg(long, value_delimiter = ',', default_value = "ours,upstream")]
     pub rows: Vec<RowKind>,
-    /// Pods of the scale-out.
+    /// Pods of the scale-out; 0 skips it.
     #[arg(long, default_value_t = 1000)]
     pub pods: u32,
     /// Share of the pods deleted for the scale-in, percent.
@@ -61,6 +61,10 @@ pub struct Args {
     /// Limit of each phase.
     #[arg(long, default_value_t = 1800)]
     pub timeout_secs: u64,
+    /// How long the scale-in may take to settle; past it the row reports what it reached and
+    /// that it was still consolidating (upstream removes underutilized nodes one at a time).
+    #[arg(long, default_value_t = 600)]
+    pub scale_in_limit_secs: u64,
 }
 
 /// One row's figures.
@@ -77,6 +81,8 @@ struct Figures {
     cloud_rps: Option<f64>,
     /// When the last NodeClaim or Node changed after the scale-in; `None`: nothing changed.
     in_s: Option<f64>,
+    /// The scale-in had not settled within `--scale-in-limit-secs`.
+    in_unsettled: bool,
     in_nodes: usize,
     in_price: u64,
 }
@@ -99,9 +105,19 @@ fn secs(from: Instant, to: Option<Instant>) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The scale-in's consolidation time, or that nothing changed within the stable window.
-fn consolidated(secs: Option<f64>) -> String {
-    secs.map_or_else(|| "no change".into(), |s| format!("{s:.1} s"))
+impl Figures {
+    /// The scale-in's consolidation time, that nothing changed within the stable window, or
+    /// that it was still going at the limit (then the time is that of the last change seen).
+    fn consolidated(&self) -> String {
+        let last = self
+            .in_s
+            .map_or_else(|| "no change".into(), |s| format!("{s:.1} s"));
+        if self.in_unsettled {
+            format!("still consolidating (last change {last})")
+        } else {
+            last
+        }
+    }
 }
 
 fn mib(kib: u64) -> f64 {
@@ -155,14 +171,17 @@ async fn scale_out_in(row: &Row, args: &Args) -> anyhow::Result<Figures> {
     let t2 = Instant::now();
     row.apply(&scaled)?;
     let stable = Duration::from_secs(args.stable_secs);
-    let after = tracker
-        .wait("scale-in: consolidation settled", timeout, |s: &Seen| {
+    let limit = Duration::from_secs(args.scale_in_limit_secs);
+    let settled = tracker
+        .wait("scale-in: consolidation settled", limit, |s: &Seen| {
             s.pods == left
                 && s.running == left
                 && s.deleting_nodes() == 0
                 && s.last_change.map_or(t2, |c| c.max(t2)).elapsed() >= stable
         })
-        .await?;
+        .await;
+    f.in_unsettled = settled.is_err();
+    let after = settled.unwrap_or_else(|_| tracker.snapshot());
     f.in_s = after
         .last_change
         .filter(|c| *c >= t2)
@@ -174,7 +193,7 @@ async fn scale_out_in(row: &Row, args: &Args) -> anyhow::Result<Figures> {
     println!(
         "  [{}] in: {left} pods left; {} to {} nodes",
         row.kind,
-        consolidated(f.in_s),
+        f.consolidated(),
         f.in_nodes
     );
     Ok(f)
@@ -246,7 +265,7 @@ fn print_scale(rows: &[(RowKind, Figures)], args: &Args) {
             f.cloud_rps
                 .map(|r| format!("{r:.1}"))
                 .unwrap_or_else(|| "n/a".into()),
-            consolidated(f.in_s),
+            f.consolidated(),
             f.in_nodes,
             f.in_price
         );
@@ -296,7 +315,8 @@ async fn main() -> anyhow::Result<()> {
         args.controller.display()
     );
     let mut scale = Vec::new();
-    for kind in &args.rows {
+    let rows = if args.pods > 0 { &args.rows[..] } else { &[] };
+    for kind in rows {
         println!("== {kind}: scale out and in");
         let row = Row::start(*kind, &args)
             .await
