@@ -109,6 +109,15 @@ fn spec_immutable(s: &mut Schema) {
     add_rules(s, &[("self == oldSelf", "spec is immutable")]);
 }
 
+impl NodeClaim {
+    /// `status.conditions`, empty before the first status write.
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |s| s.conditions.as_slice())
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ResourceRequests {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -125,13 +125,7 @@ impl Lifecycle {
             .labels()
             .get(label::INITIALIZED)
             .is_some_and(|v| v == "true")
-            || is_true(
-                nc.status
-                    .as_ref()
-                    .map(|s| s.conditions.as_slice())
-                    .unwrap_or(&[]),
-                condition::INITIALIZED,
-            );
+            || is_true(nc.conditions(), condition::INITIALIZED);
         if state.done() && !labelled {
             let nodes: Api<Node> = Api::all(self.client.clone());
             nodes

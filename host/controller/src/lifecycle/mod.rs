@@ -208,13 +208,7 @@ impl Lifecycle {
         if nc.metadata.deletion_timestamp.is_some() {
             return self.finalize(nc).await;
         }
-        if !is_true(
-            nc.status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or(&[]),
-            condition::LAUNCHED,
-        ) {
+        if !is_true(nc.conditions(), condition::LAUNCHED) {
             return self.launch(nc).await;
         }
         let Some(pid) = nc.status.as_ref().and_then(|s| s.provider_id.clone()) else {

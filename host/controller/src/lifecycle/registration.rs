@@ -72,8 +72,7 @@ fn is_synced(node: &Node) -> bool {
 /// read would put back the startup taints an agent has already removed, and the Node's watch can
 /// lag our own patch by seconds at scale.
 pub(super) fn needs_sync(nc: &NodeClaim, node: &Node) -> bool {
-    let conditions = nc.status.as_ref().map(|s| s.conditions.as_slice());
-    !is_true(conditions.unwrap_or(&[]), condition::REGISTERED) && !is_synced(node)
+    !is_true(nc.conditions(), condition::REGISTERED) && !is_synced(node)
 }
 
 impl Lifecycle {

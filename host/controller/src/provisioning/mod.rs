@@ -144,12 +144,8 @@ impl Provisioner {
         if nc.metadata.deletion_timestamp.is_some() {
             return None;
         }
-        let conditions = nc
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or(&[]);
-        let within = match conditions
+        let within = match nc
+            .conditions()
             .iter()
             .find(|c| c.type_ == "Initialized" && c.status == "True")
         {
