@@ -9,8 +9,11 @@
 //!
 //! The cluster: nodes of 2 to 16 vCPUs from a 4-size catalog, 3 zones, each running pods at a
 //! random 10-90 % of its CPU (seed 7), some nodes a few hours old and some fresh; so there are
-//! both candidates whose pods fit elsewhere and nodes too full to move.
+//! both candidates whose pods fit elsewhere and nodes too full to move. The second table gives the
+//! pods upstream's diverse mix of constraints, which the full solver decides (within its time
+//! budget per pass, `disruption::full::FULL_CHECK_BUDGET`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -22,6 +25,7 @@ use kk_engine::disruption::{
 use kk_engine::scheduling::{InstanceType, Offering, Resources};
 use kk_plugin_runtime::{Bounds, Kind, PluginScorer, Registry, Runtime, Source};
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde_json::json;
 
 const GI: u64 = 1 << 30;
 const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];
@@ -55,7 +59,43 @@ fn catalog() -> Vec<InstanceType> {
     .collect()
 }
 
-fn cluster(nodes: usize, now: Timestamp) -> ClusterSnapshot {
+/// The pod object of `state` on `node`, of app `k` of 20: one app in five each plain, zonal
+/// spread, hostname spread, zonal pod affinity and hostname anti-affinity (upstream's diverse
+/// mix). Returns whether the full solver decides it (every kind but plain).
+fn diverse(state: &mut PodState, node: &str, k: usize) -> bool {
+    use kk_engine::scheduling::resources::Dim;
+    let app = format!("app-{k}");
+    let selector = json!({"matchLabels": {"app": app}});
+    let mut spec = json!({"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {
+        "cpu": format!("{}m", state.requests.get(Dim::CpuMillis)),
+        "memory": state.requests.get(Dim::MemoryBytes).to_string(),
+    }}}]});
+    let spread = |key: &str| {
+        json!([{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": selector}])
+    };
+    let term = |key: &str| json!([{"topologyKey": key, "labelSelector": selector}]);
+    match k % 5 {
+        0 => {}
+        1 => spec["topologySpreadConstraints"] = spread("topology.kubernetes.io/zone"),
+        2 => spec["topologySpreadConstraints"] = spread("kubernetes.io/hostname"),
+        3 => {
+            spec["affinity"] = json!({"podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone")}})
+        }
+        _ => {
+            spec["affinity"] = json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": term("kubernetes.io/hostname")}})
+        }
+    }
+    let pod = json!({"metadata": {"namespace": state.namespace, "name": state.name,
+        "labels": {"app": app}}, "spec": spec});
+    state.pod = Some(Arc::new(serde_json::from_value(pod).expect("a pod")));
+    state.needs_full_simulation = !k.is_multiple_of(5);
+    state.needs_full_simulation
+}
+
+fn cluster(nodes: usize, now: Timestamp, mix: bool) -> ClusterSnapshot {
     let mut rng = StdRng::seed_from_u64(7);
     let types = catalog();
     let mut pool = PoolState::new("default");
@@ -96,11 +136,15 @@ fn cluster(nodes: usize, now: Timestamp) -> ClusterSnapshot {
                 .filter(|c| *c <= left)
                 .nth(rng.random_range(0..2))
                 .unwrap_or(100);
-            n.pods.push(PodState::new(
+            let mut pod = PodState::new(
                 "default",
                 &format!("node-{i}-p{p}"),
                 Resources::new(c, c * 2 * 1024 * 1024, 1),
-            ));
+            );
+            if mix {
+                diverse(&mut pod, &n.name, rng.random_range(0..20));
+            }
+            n.pods.push(pod);
             left -= c;
             p += 1;
         }
@@ -112,19 +156,33 @@ fn cluster(nodes: usize, now: Timestamp) -> ClusterSnapshot {
         nodes: out,
         instance_types: types,
         pending_pods: Vec::new(),
+        daemonsets: Vec::new(),
     }
 }
 
-fn bench(label: &str, scorer: &dyn ConsolidationScorer) {
-    println!("\nscorer: {label}");
+fn bench(label: &str, scorer: &dyn ConsolidationScorer, mix: bool) {
     println!(
-        "{:>6} {:>7} {:>28} {:>10} {:>12} {:>12}",
-        "nodes", "pods", "action", "nodes out", "saved/h", "time/pass"
+        "\nscorer: {label}; pods: {}",
+        if mix {
+            "upstream's diverse mix (4 in 5 decided by the full solver)"
+        } else {
+            "plain"
+        }
+    );
+    println!(
+        "{:>6} {:>7} {:>8} {:>28} {:>10} {:>12} {:>12}",
+        "nodes", "pods", "complex", "action", "nodes out", "saved/h", "time/pass"
     );
     let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
     for n in [100, 500, 2000] {
-        let snapshot = cluster(n, now);
+        let snapshot = cluster(n, now, mix);
         let pods: usize = snapshot.nodes.iter().map(|x| x.pods.len()).sum();
+        let complex: usize = snapshot
+            .nodes
+            .iter()
+            .flat_map(|x| &x.pods)
+            .filter(|p| p.needs_full_simulation)
+            .count();
         let runs = if n >= 2000 { 5 } else { 11 };
         let mut times: Vec<Duration> = Vec::with_capacity(runs);
         let mut last = None;
@@ -153,14 +211,19 @@ fn bench(label: &str, scorer: &dyn ConsolidationScorer) {
             None => ("none".into(), 0, 0.0),
         };
         println!(
-            "{n:>6} {pods:>7} {action:>28} {out:>10} {saved:>12.3} {:>12.2?}",
+            "{n:>6} {pods:>7} {complex:>8} {action:>28} {out:>10} {saved:>12.3} {:>12.2?}",
             times[runs / 2]
         );
     }
 }
 
 fn main() {
-    bench("native savings-per-disruption", &SavingsPerDisruption);
+    bench(
+        "native savings-per-disruption",
+        &SavingsPerDisruption,
+        false,
+    );
+    bench("native savings-per-disruption", &SavingsPerDisruption, true);
     // The default consolidation-scorer component, the same policy through the plugin runtime.
     let wasm = match std::env::var_os("KK_BENCH_SCORER_WASM") {
         Some(path) => std::fs::read(&path).map_err(anyhow::Error::from),
@@ -185,5 +248,6 @@ fn main() {
     bench(
         "plugin consolidation-scorer (component)",
         &PluginScorer { registry },
+        false,
     );
 }

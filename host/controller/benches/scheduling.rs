@@ -37,7 +37,10 @@ fn bench_ranker(label: &str, ranker: &dyn InstanceRanker, max_pods: usize) {
         "pods", "nodes", "scheduled", "ranks", "time/solve", "pods/s"
     );
     for &n in SIZES.iter().filter(|&&n| n <= max_pods) {
-        let pods = diverse_pods(n, LabelScheme::Upstream);
+        let pods: Vec<std::sync::Arc<_>> = diverse_pods(n, LabelScheme::Upstream)
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
         let problem = SchedulingProblem {
             pods: &pods,
             node_pools: &pools,

@@ -120,6 +120,7 @@ pub fn snapshot_of(
         nominated: &nominated,
         held_owners: &held_owners,
         instance_types,
+        daemonsets: state.daemonset_pods(),
     })
 }
 

@@ -168,7 +168,7 @@ impl StaticCapacity {
         let ranker = Arc::clone(&self.ranker);
         // Scheduling calls the selector plugin: off the async workers.
         let result = tokio::task::spawn_blocking(move || {
-            let pods = [placeholder()];
+            let pods = [Arc::new(placeholder())];
             let pools = [input];
             let problem = SchedulingProblem {
                 pods: &pods,

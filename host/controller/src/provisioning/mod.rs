@@ -96,6 +96,9 @@ pub enum ProvisionError {
     Solve(String),
 }
 
+/// Pods an earlier pass's nomination still covers, by NodeClaim name.
+type Covered = HashMap<String, Vec<Arc<Pod>>>;
+
 /// The provisioning controller.
 pub struct Provisioner {
     client: kube::Client,
@@ -160,8 +163,8 @@ impl Provisioner {
     }
 
     /// Pods that need a node now, and the pods an earlier pass's nomination still covers, by the
-    /// NodeClaim they were nominated to.
-    fn pending_pods(&self) -> (Vec<Pod>, HashMap<String, Vec<Arc<Pod>>>) {
+    /// NodeClaim they were nominated to. Shared with the watch cache, never copied.
+    fn pending_pods(&self) -> (Vec<Arc<Pod>>, Covered) {
         let claims: HashMap<String, Arc<NodeClaim>> = self
             .state
             .nodeclaims
@@ -170,14 +173,14 @@ impl Provisioner {
             .map(|c| (c.name_any(), c))
             .collect();
         let mut pods = Vec::new();
-        let mut covered: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        let mut covered = Covered::new();
         for p in self.state.pods.state() {
             if !is_provisionable(&p) {
                 continue;
             }
             match self.covered(&p, &claims) {
                 Some(claim) => covered.entry(claim).or_default().push(p),
-                None => pods.push((*p).clone()),
+                None => pods.push(p),
             }
         }
         pods.sort_by_key(|a| (a.namespace(), a.name_any()));
@@ -481,7 +484,7 @@ impl Provisioner {
             for &i in &draft.pods {
                 self.nominate(&pods[i], &name, Some(&claim_ref));
             }
-            self.guard_churn(draft.pods.iter().map(|&i| &pods[i]), &pools);
+            self.guard_churn(draft.pods.iter().map(|&i| &*pods[i]), &pools);
             outcome.created.push(name);
         }
         for placement in &result.existing {

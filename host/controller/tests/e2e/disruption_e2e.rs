@@ -821,24 +821,13 @@ async fn consolidation_respects_running_pods_anti_affinity_and_never_churns() {
         (named.len() == 2).then_some(notes)
     })
     .await;
-    let x_claim = env
-        .claims_of("anti")
-        .await
-        .into_iter()
-        .find(|c| {
-            c.status.as_ref().and_then(|s| s.node_name.as_ref()) == x_node.metadata.name.as_ref()
-        })
-        .map(|c| claim_name(&c))
-        .unwrap();
-    for (claim, note) in &notes {
-        if *claim == x_claim {
-            assert!(note.contains("anti-affinity"), "{note}");
-        } else {
-            assert!(
-                note.contains("cheaper") || note.contains("would schedule"),
-                "{note}"
-            );
-        }
+    // The solver decides x's move too: x's own term keeps it off y's nodes, and both are on
+    // the cheapest flavor already.
+    for (_, note) in &notes {
+        assert!(
+            note.contains("cheaper") || note.contains("would schedule"),
+            "{note}"
+        );
     }
 }
 

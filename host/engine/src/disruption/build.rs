@@ -34,9 +34,12 @@ pub struct Objects<'a> {
     /// Controllers whose pods a reverted consolidation moved (see [`PodState::consolidation_held`]).
     pub held_owners: &'a HashSet<String>,
     pub instance_types: Vec<InstanceType>,
+    /// DaemonSet pod templates (as pods), for the full check's replacements.
+    pub daemonsets: Vec<Pod>,
 }
 
-fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
+fn pod_state(shared: &Arc<Pod>, o: &Objects<'_>) -> PodState {
+    let pod = shared.as_ref();
     let pdbs = o.pdbs;
     let spec = pod.spec.clone().unwrap_or_default();
     let requests = resources::pod_requests(&spec).unwrap_or(Resources::ZERO);
@@ -81,6 +84,7 @@ fn pod_state(pod: &Pod, o: &Objects<'_>) -> PodState {
         .iter()
         .flat_map(|c| c.ports.iter().flatten())
         .any(|p| p.host_port.is_some());
+    state.pod = Some(Arc::clone(shared));
     state.needs_full_simulation = host_ports
         || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
         || spec
@@ -119,6 +123,14 @@ fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
         .iter()
         .map(Into::into)
         .collect();
+    state.startup_taints = pool
+        .spec
+        .template
+        .spec
+        .startup_taints
+        .iter()
+        .map(Into::into)
+        .collect();
     state
 }
 
@@ -149,7 +161,7 @@ fn node_state(
     claim: &NodeClaim,
     node: Option<&Node>,
     o: &Objects<'_>,
-    bound: &HashMap<&str, Vec<&Pod>>,
+    bound: &HashMap<&str, Vec<&Arc<Pod>>>,
     keep_out: &[KeepOut<'_>],
 ) -> NodeState {
     let labels: BTreeMap<String, String> = node
@@ -240,7 +252,7 @@ fn node_state(
 fn pods_on(
     node: &str,
     o: &Objects<'_>,
-    bound: &HashMap<&str, Vec<&Pod>>,
+    bound: &HashMap<&str, Vec<&Arc<Pod>>>,
     keep_out: &[KeepOut<'_>],
 ) -> Vec<PodState> {
     bound
@@ -249,7 +261,7 @@ fn pods_on(
         .flatten()
         .map(|p| {
             let mut state = pod_state(p, o);
-            state.kept_out_of = kept_out_of(p, keep_out);
+            state.kept_out_of = kept_out_of(p.as_ref(), keep_out);
             state
         })
         .collect()
@@ -346,10 +358,10 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
         .collect();
-    let mut bound: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    let mut bound: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
     for pod in o.pods {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            bound.entry(node).or_default().push(pod.as_ref());
+            bound.entry(node).or_default().push(pod);
         }
     }
     let keep_out = keep_out_terms(o.pods.iter().map(Arc::as_ref), &by_name);
@@ -393,7 +405,7 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         .filter(|p| is_provisionable(p))
         .map(|p| {
             let mut state = pod_state(p, &o);
-            state.kept_out_of = kept_out_of(p, &keep_out);
+            state.kept_out_of = kept_out_of(p.as_ref(), &keep_out);
             state
         })
         .collect();
@@ -403,6 +415,7 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         nodes,
         instance_types: o.instance_types,
         pending_pods,
+        daemonsets: o.daemonsets,
     }
 }
 

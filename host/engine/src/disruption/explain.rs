@@ -159,7 +159,7 @@ pub fn node(snapshot: &ClusterSnapshot, name: &str) -> Option<NodeExplanation> {
         } else if let Some(b @ (Blocker::PodDoNotDisrupt(_) | Blocker::PdbBlocked(_))) = pod_blocker
         {
             consolidation(true, b.to_string());
-        } else if sim.needs_full_simulation(i) {
+        } else if sim.decidable(&[i]).is_err() {
             consolidation(true, UNMODELLED.into());
         } else if node.reschedulable_pods().any(|p| p.consolidation_held) {
             consolidation(true, HELD.into());

@@ -11,6 +11,7 @@ pub mod build;
 pub mod cron;
 pub mod drift;
 pub mod explain;
+pub mod full;
 pub mod model;
 pub mod plan;
 pub mod scorer;

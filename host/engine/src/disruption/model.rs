@@ -4,12 +4,13 @@
 //! [`super::build`] fills one from Kubernetes objects; tests and benchmarks build them directly.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Taint, Toleration};
 
-use crate::scheduling::{InstanceType, PoolRequirement, Resources};
+use crate::scheduling::{InstanceType, NodePoolInput, PoolRequirement, Resources};
 use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy};
 
 /// Why a node is a disruption candidate (the WIT `disruption-reason`, plus the budget reasons).
@@ -104,6 +105,8 @@ pub struct PoolState {
     pub labels: BTreeMap<String, String>,
     /// Template taints (a pod must tolerate them to move onto a replacement).
     pub taints: Vec<Taint>,
+    /// Template startup taints (an agent removes them; pods need not tolerate them).
+    pub startup_taints: Vec<Taint>,
     /// A static NodePool (`replicas`): never consolidated; its drifted and expired nodes are
     /// deleted without a replacement, and the static controller brings the count back.
     pub is_static: bool,
@@ -124,7 +127,22 @@ impl PoolState {
             requirements: Vec::new(),
             labels: BTreeMap::new(),
             taints: Vec::new(),
+            startup_taints: Vec::new(),
             is_static: false,
+        }
+    }
+
+    /// The pool as the provisioning solver reads it, for the full check of a replacement. Limits
+    /// are left out: a consolidation replacement is smaller than what it replaces.
+    pub fn scheduling_input(&self) -> NodePoolInput {
+        NodePoolInput {
+            name: self.name.clone(),
+            weight: self.weight,
+            requirements: self.requirements.clone(),
+            labels: self.labels.clone(),
+            taints: self.taints.clone(),
+            startup_taints: self.startup_taints.clone(),
+            ..NodePoolInput::default()
         }
     }
 }
@@ -166,6 +184,9 @@ pub struct PodState {
     /// The pod has constraints the fast fit check does not model (pod (anti-)affinity,
     /// topology spread, host ports): a plan moving it is confirmed by the full solver.
     pub needs_full_simulation: bool,
+    /// The pod itself, shared with the watch cache: what the full solver reads. `None` in
+    /// hand-built snapshots, whose complex pods then stay unmodelled.
+    pub pod: Option<Arc<Pod>>,
 }
 
 impl PodState {
@@ -310,6 +331,9 @@ pub struct ClusterSnapshot {
     /// Pods waiting for capacity: consolidation must not take room they need (they are
     /// simulated first, as upstream does).
     pub pending_pods: Vec<PodState>,
+    /// DaemonSet pod templates (as pods): the full solver reserves their requests on a
+    /// replacement.
+    pub daemonsets: Vec<Pod>,
 }
 
 impl ClusterSnapshot {

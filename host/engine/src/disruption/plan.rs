@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use super::budgets::BudgetTracker;
+use super::full::Unavailable;
 use super::model::{ClusterSnapshot, NodeState, Reason};
 use super::scorer::{self, ConsolidationScorer, SavingsPerDisruption, ScoreCandidate, ScoreError};
 use super::simulate::{Outcome, Simulator};
@@ -351,9 +352,10 @@ pub struct Scored {
     pub balanced: Vec<(usize, f64, bool)>,
 }
 
-/// Why a node the fast check does not model is left alone.
+/// Why a node whose complex pods the full solver cannot read is left alone (only hand-built
+/// snapshots lack the pod objects).
 pub const UNMODELLED: &str = "a pod has its own pod affinity, anti-affinity, topology spread or \
-     host ports, which consolidation does not simulate";
+     host ports, and its object is not in the snapshot to simulate";
 /// Why a node whose pods a reverted consolidation moved is left alone.
 pub const HELD: &str =
     "its pods' controller is held after a consolidation was reverted (ConsolidationReverted)";
@@ -370,9 +372,6 @@ fn permille(used: u64, of: u64) -> u32 {
     u32::try_from(used.saturating_mul(1000) / of).unwrap_or(u32::MAX)
 }
 
-/// Consolidation candidates (non-empty, consolidatable, pools with `WhenEmptyOrUnderutilized`,
-/// no blockers, no constraints the fast check cannot model, no pods of a reverted consolidation),
-/// each simulated alone, then scored.
 /// Node `i` consolidated alone, as the pass simulates it: deleted, or replaced by a strictly
 /// cheaper node (a spot node only by on-demand). Infeasible, the reason: no cheaper node
 /// ([`NO_CHEAPER`]) or the pods fit no new node at all ([`WOULD_NOT_SCHEDULE`]).
@@ -390,6 +389,11 @@ pub fn simulate_single(sim: &mut Simulator<'_>, i: usize) -> Result<Outcome, &'s
     }
 }
 
+/// Consolidation candidates (non-empty, consolidatable, pools with `WhenEmptyOrUnderutilized`,
+/// no blockers, no pods of a reverted consolidation), each simulated alone, then scored.
+///
+/// Nodes with complex pods go last, fewest pods first: the full solver decides them within its
+/// time budget, and the ones it does not reach this pass wait for the next one.
 pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScorer) -> Scored {
     let snapshot = sim.snapshot;
     let mut nodes = Vec::new();
@@ -397,6 +401,7 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
     let mut blocked = Vec::new();
     let mut unconsolidatable = Vec::new();
     let mut balanced_moves = Vec::new();
+    let mut eligible = Vec::new();
     for (i, node) in snapshot.nodes.iter().enumerate() {
         if node.is_empty() || !consolidatable(snapshot, node) {
             continue;
@@ -421,13 +426,33 @@ pub fn score_candidates(sim: &mut Simulator<'_>, scorer: &dyn ConsolidationScore
             Some(_) => continue,
             None => {}
         }
-        if sim.needs_full_simulation(i) {
-            unconsolidatable.push((i, UNMODELLED.to_owned()));
-            continue;
-        }
         if node.reschedulable_pods().any(|p| p.consolidation_held) {
             unconsolidatable.push((i, HELD.to_owned()));
             continue;
+        }
+        eligible.push(i);
+    }
+    eligible.sort_by_key(|&i| {
+        let complex = sim.needs_full_simulation(i);
+        let pods = if complex {
+            snapshot.nodes[i].reschedulable_pods().count()
+        } else {
+            0
+        };
+        (complex, pods)
+    });
+    for i in eligible {
+        let node = &snapshot.nodes[i];
+        let Some(pool) = node.node_pool.as_deref().and_then(|p| snapshot.pool(p)) else {
+            continue;
+        };
+        match sim.decidable(&[i]) {
+            Ok(()) => {}
+            Err(Unavailable::NoPodObject) => {
+                unconsolidatable.push((i, UNMODELLED.to_owned()));
+                continue;
+            }
+            Err(Unavailable::BudgetSpent) => continue,
         }
         let mut outcome = simulate_single(sim, i).unwrap_or_else(|why| {
             unconsolidatable.push((i, why.to_owned()));

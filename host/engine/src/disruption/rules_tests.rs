@@ -87,6 +87,7 @@ fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
         nodes,
         instance_types: catalog(),
         pending_pods: vec![],
+        daemonsets: vec![],
     }
 }
 
@@ -487,28 +488,151 @@ fn pods_of_a_reverted_consolidation_are_left_alone_and_their_node_still_receives
     );
 }
 
+/// Gives the pods of `n` their objects, as the snapshot builder does: label `app`, the CPU and
+/// memory of their states, and `affinity` (which makes them complex: the full solver decides).
+fn with_objects(mut n: NodeState, app: &str, affinity: Option<serde_json::Value>) -> NodeState {
+    use crate::scheduling::resources::Dim;
+    for p in &mut n.pods {
+        let cpu = p.requests.get(Dim::CpuMillis);
+        let mut spec = serde_json::json!({"nodeName": n.name, "containers": [{"name": "c",
+            "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": "512Mi"}}}]});
+        if let Some(a) = &affinity {
+            spec["affinity"] = a.clone();
+            p.needs_full_simulation = true;
+        }
+        let pod = serde_json::json!({
+            "metadata": {"namespace": p.namespace, "name": p.name, "labels": {"app": app}},
+            "spec": spec,
+        });
+        p.pod = Some(std::sync::Arc::new(serde_json::from_value(pod).unwrap()));
+    }
+    n
+}
+
+/// Required hostname anti-affinity to the pods labelled `app`.
+fn one_per_host(app: &str) -> serde_json::Value {
+    serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": kk_apis::names::label::HOSTNAME,
+         "labelSelector": {"matchLabels": {"app": app}}}
+    ]}})
+}
+
 #[test]
 fn a_running_pods_anti_affinity_leaves_no_move_and_nothing_is_disrupted() {
     // Upstream's scenario: a's pod keeps b's pod off a; b's pod is already on the cheapest
-    // flavor, so no delete and no cheaper replacement exists.
+    // flavor, so no delete and no cheaper replacement exists. The solver decides a's move.
     let mut s = snapshot(vec![
-        node("a", "m2a.large", 2000, 100_000, &[200]),
-        node("b", "m2a.large", 2000, 100_000, &[200]),
+        with_objects(
+            node("a", "m2a.large", 2000, 100_000, &[200]),
+            "x",
+            Some(one_per_host("y")),
+        ),
+        with_objects(node("b", "m2a.large", 2000, 100_000, &[200]), "y", None),
     ]);
-    s.nodes[0].pods[0].needs_full_simulation = true;
     s.nodes[1].pods[0]
         .kept_out_of
         .push((kk_apis::names::label::HOSTNAME.into(), "a".into()));
     let p = plan(&s, &SavingsPerDisruption);
     assert!(p.graceful.is_none(), "{:?}", p.graceful);
     // Each says why, for its Unconsolidatable event.
-    assert_eq!(
-        p.scored.unconsolidatable,
-        vec![
-            (0, crate::disruption::plan::UNMODELLED.to_owned()),
-            (1, crate::disruption::plan::NO_CHEAPER.to_owned())
-        ]
+    let mut why = p.scored.unconsolidatable.clone();
+    why.sort();
+    let no_cheaper = crate::disruption::plan::NO_CHEAPER.to_owned();
+    assert_eq!(why, vec![(0, no_cheaper.clone()), (1, no_cheaper)]);
+
+    // Without the pod's object the solver cannot decide: the node is left alone and says so.
+    s.nodes[0].pods[0].pod = None;
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    assert!(
+        p.scored
+            .unconsolidatable
+            .contains(&(0, crate::disruption::plan::UNMODELLED.to_owned())),
+        "{:?}",
+        p.scored.unconsolidatable
     );
+}
+
+#[test]
+fn a_node_with_complex_pods_is_deleted_where_the_solver_places_them() {
+    // web-0 keeps off any host running an `app: web` pod; b runs web-1, c has room.
+    let mut s = snapshot(vec![
+        with_objects(
+            node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+            "web",
+            Some(one_per_host("web")),
+        ),
+        with_objects(node("b", "m2a.xlarge", 4000, 200_000, &[500]), "web", None),
+        with_objects(node("c", "m2a.xlarge", 4000, 200_000, &[1000]), "db", None),
+    ]);
+    // b and c only receive pods.
+    s.nodes[1].do_not_disrupt = true;
+    s.nodes[2].do_not_disrupt = true;
+    let p = plan(&s, &SavingsPerDisruption);
+    let cmd = p.graceful.expect("a goes");
+    assert_eq!(names(&cmd, &s), ["a"]);
+    assert_eq!(cmd.replacement, None, "its pod fits on c");
+    assert!(still_valid(&cmd, &s, &s));
+    let mut sim = crate::disruption::Simulator::new(&s);
+    assert_eq!(
+        sim.placements(0),
+        [(
+            "default/a-p0".to_owned(),
+            crate::disruption::Placement::Node("c".into())
+        )],
+        "not b, whose web pod the term selects"
+    );
+
+    // c's own pods are folded into its room: full, it takes nothing.
+    let mut full = s.clone();
+    full.nodes[2] = with_objects(node("c", "m2a.xlarge", 4000, 200_000, &[3800]), "db", None);
+    let mut sim = crate::disruption::Simulator::new(&full);
+    assert!(
+        matches!(
+            sim.simulate(&[0], None, true),
+            crate::disruption::Outcome::Replace { .. }
+        ),
+        "a full c is no destination"
+    );
+
+    // Without c the pod needs a new node, and a 2-vCPU one is cheaper than a.
+    s.nodes.truncate(2);
+    let p = plan(&s, &SavingsPerDisruption);
+    let cmd = p.graceful.expect("a is replaced");
+    assert_eq!(names(&cmd, &s), ["a"]);
+    let replacement = cmd.replacement.expect("a new node");
+    assert_eq!(
+        replacement.instance_types.first().map(String::as_str),
+        Some("m2a.large")
+    );
+    assert_eq!(replacement.price_micros, 100_000);
+    assert_eq!(cmd.savings_micros, 100_000);
+}
+
+#[test]
+fn two_nodes_of_one_spread_workload_never_merge_onto_one_host() {
+    // Two half-empty nodes, one replica each of a one-per-host workload: any pair fits on one
+    // node by resources, but the replicas must stay on different hosts.
+    let web = |name: &str| {
+        with_objects(
+            node(name, "m2a.xlarge", 4000, 200_000, &[500]),
+            "web",
+            Some(one_per_host("web")),
+        )
+    };
+    let s = snapshot(vec![web("a"), web("b")]);
+    let p = plan(&s, &SavingsPerDisruption);
+    if let Some(cmd) = &p.graceful {
+        // Each may shrink to a cheaper node; never both onto one.
+        assert_eq!(cmd.candidates.len(), 1, "{cmd:?}");
+        assert!(cmd.replacement.is_some(), "{cmd:?}");
+    }
+    let multi = crate::disruption::plan::multi_node(
+        &mut crate::disruption::Simulator::new(&s),
+        &p.scored,
+        &p.budgets,
+    );
+    assert!(multi.is_none(), "both onto one node: {multi:?}");
 }
 
 #[test]

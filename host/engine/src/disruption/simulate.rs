@@ -8,16 +8,16 @@
 //! as the topology domains each pod it selects must keep out of (both directions of kube-scheduler's
 //! inter-pod check: a mover's own terms make it complex, below). Pods whose constraints this check
 //! does not model (their own pod affinity or anti-affinity, topology spread, host ports) are
-//! flagged, and disruption leaves their nodes alone unless the disruption is forced (drift,
-//! expiration).
+//! flagged, and a move of their node goes to the provisioning solver instead ([`super::full`]).
 
 use kk_apis::names::{label, taint};
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 
+use super::full::{FullCheck, Solved, Unavailable, Verdict};
 use super::model::{ClusterSnapshot, NodeState, PodState, PoolState};
-use crate::scheduling::Resources;
+use crate::scheduling::{NodeClaimDraft, Resources};
 
 /// A new node the simulation could launch: one offering of one instance type from one pool.
 #[derive(Debug, Clone)]
@@ -86,6 +86,10 @@ pub struct Simulator<'a> {
     movers: Vec<Vec<Mover>>,
     /// Per node: some reschedulable pod needs the full solver.
     complex: Vec<bool>,
+    /// Per node: its labels, with the well-known ones it implies.
+    labels: Vec<BTreeMap<String, String>>,
+    /// The full solver's view, built on the first move of a complex node.
+    full: Option<FullCheck>,
     /// `compat[class][node]`.
     compat: Vec<Vec<bool>>,
     /// Launch options, cheapest first.
@@ -374,6 +378,8 @@ impl<'a> Simulator<'a> {
             classes,
             movers,
             complex,
+            labels,
+            full: None,
             compat,
             options,
             option_compat,
@@ -403,6 +409,60 @@ impl<'a> Simulator<'a> {
     /// Whether some pod on `node` has constraints only the full solver models.
     pub fn needs_full_simulation(&self, node: usize) -> bool {
         self.complex[node]
+    }
+
+    fn full_check(&mut self) -> &mut FullCheck {
+        let (snapshot, destination, labels) = (self.snapshot, &self.destination, &self.labels);
+        let headroom = &self.headroom;
+        self.full
+            .get_or_insert_with(|| FullCheck::new(snapshot, destination, labels, headroom))
+    }
+
+    /// Whether a move of `nodes` can be decided now: always for the fast check; for a complex
+    /// node, when the full check has every pod's object and time left.
+    pub fn decidable(&mut self, nodes: &[usize]) -> Result<(), Unavailable> {
+        if !nodes.iter().any(|&i| self.complex[i]) {
+            return Ok(());
+        }
+        let snapshot = self.snapshot;
+        self.full_check().available(snapshot, nodes)
+    }
+
+    /// The full solver's answer for `nodes`, when some of them hold complex pods.
+    fn solved(&mut self, nodes: &[usize]) -> Option<Result<std::rc::Rc<Solved>, Unavailable>> {
+        if !nodes.iter().any(|&i| self.complex[i]) {
+            return None;
+        }
+        let snapshot = self.snapshot;
+        Some(self.full_check().solve(snapshot, nodes))
+    }
+
+    /// Launch options the solver's new NodeClaim admits (its pool, instance types, zones and
+    /// capacity types), cheapest first.
+    fn draft_options<'s>(
+        &'s self,
+        draft: &'s NodeClaimDraft,
+        allow_spot: bool,
+    ) -> impl Iterator<Item = (usize, u64)> + 's {
+        let pools = &self.snapshot.pools;
+        let types = &self.snapshot.instance_types;
+        self.options
+            .iter()
+            .enumerate()
+            .filter(move |(_, o)| {
+                (allow_spot || o.capacity_type != "spot")
+                    && pools[o.pool].name == draft.node_pool
+                    && draft.instance_types.contains(&types[o.instance_type].name)
+                    && draft
+                        .requirements
+                        .iter()
+                        .filter(|r| {
+                            r.requirement.key == label::ZONE
+                                || r.requirement.key == label::CAPACITY_TYPE
+                        })
+                        .all(|r| requirement_matches(&r.requirement, &o.labels))
+            })
+            .map(|(oi, o)| (oi, o.price_micros))
     }
 
     fn first_fit(&self, m: &Mover) -> Option<usize> {
@@ -460,6 +520,40 @@ impl<'a> Simulator<'a> {
     pub fn placements(&mut self, node: usize) -> Vec<(String, Placement)> {
         let pods: Vec<&crate::disruption::PodState> =
             self.snapshot.nodes[node].reschedulable_pods().collect();
+        let name = |k: usize| format!("{}/{}", pods[k].namespace, pods[k].name);
+        if let Some(solved) = self.solved(&[node]) {
+            let Ok(solved) = solved else {
+                return (0..pods.len())
+                    .map(|k| (name(k), Placement::Nowhere))
+                    .collect();
+            };
+            let new_node = match &solved.verdict {
+                Verdict::Replace(draft) => {
+                    self.draft_options(draft, true)
+                        .next()
+                        .map(|(oi, price)| Placement::NewNode {
+                            instance_type: self.snapshot.instance_types
+                                [self.options[oi].instance_type]
+                                .name
+                                .clone(),
+                            price_micros: price,
+                        })
+                }
+                _ => None,
+            };
+            return solved
+                .onto
+                .iter()
+                .enumerate()
+                .map(|(k, onto)| {
+                    let place = match onto {
+                        Some(n) => Placement::Node(n.clone()),
+                        None => new_node.clone().unwrap_or(Placement::Nowhere),
+                    };
+                    (name(k), place)
+                })
+                .collect();
+        }
         self.excluded[node] = true;
         let mut placed = Vec::new();
         let mut left = Vec::new();
@@ -504,12 +598,30 @@ impl<'a> Simulator<'a> {
     /// remaining nodes; what is left must fit on one new node. With `max_price`, the new node must
     /// cost strictly less. `allow_spot` is false for spot candidates (spot-to-spot consolidation is
     /// off, as upstream's default).
+    ///
+    /// A set holding a complex pod goes to the full solver instead ([`super::full`]); when it
+    /// cannot run ([`Simulator::decidable`]) the move is infeasible.
     pub fn simulate(
         &mut self,
         nodes: &[usize],
         max_price: Option<u64>,
         allow_spot: bool,
     ) -> Outcome {
+        if let Some(solved) = self.solved(nodes) {
+            return match solved.as_deref().map(|s| &s.verdict) {
+                Ok(Verdict::Delete) => Outcome::Delete,
+                Ok(Verdict::Replace(draft)) => match self.draft_options(draft, allow_spot).next() {
+                    Some((option, price_micros)) if max_price.is_none_or(|m| price_micros < m) => {
+                        Outcome::Replace {
+                            option,
+                            price_micros,
+                        }
+                    }
+                    _ => Outcome::Infeasible,
+                },
+                Ok(Verdict::Infeasible) | Err(_) => Outcome::Infeasible,
+            };
+        }
         let (left, overhead) = self.leftovers(nodes);
         if left.is_empty() {
             return Outcome::Delete;
@@ -561,8 +673,22 @@ impl<'a> Simulator<'a> {
         max_price: Option<u64>,
         allow_spot: bool,
     ) -> Vec<String> {
-        let (left, overhead) = self.leftovers(nodes);
         let mut names: Vec<String> = Vec::new();
+        if let Some(solved) = self.solved(nodes) {
+            if let Ok(Verdict::Replace(draft)) = solved.as_deref().map(|s| &s.verdict) {
+                for (oi, price) in self.draft_options(draft, allow_spot) {
+                    if max_price.is_some_and(|m| price >= m) {
+                        break;
+                    }
+                    let name = &self.snapshot.instance_types[self.options[oi].instance_type].name;
+                    if !names.contains(name) {
+                        names.push(name.clone());
+                    }
+                }
+            }
+            return names;
+        }
+        let (left, overhead) = self.leftovers(nodes);
         for (oi, price) in self.fitting_options(&left, overhead, allow_spot) {
             if max_price.is_some_and(|m| price >= m) {
                 break;
@@ -606,6 +732,7 @@ mod tests {
             nodes,
             instance_types: vec![it("small", 2000, 4, 100), it("large", 8000, 32, 400)],
             pending_pods: vec![],
+            daemonsets: vec![],
         }
     }
 

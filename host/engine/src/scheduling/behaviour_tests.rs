@@ -74,8 +74,9 @@ fn solve_with(
     ranker: &dyn InstanceRanker,
 ) -> SchedulingResult {
     let types = catalog();
+    let pods: Vec<std::sync::Arc<Pod>> = pods.iter().cloned().map(std::sync::Arc::new).collect();
     let problem = SchedulingProblem {
-        pods,
+        pods: &pods,
         node_pools: pools,
         instance_types: &types,
         existing_nodes: existing,

@@ -53,7 +53,8 @@ pub struct ExistingNode {
 /// One solve's input.
 #[derive(Debug, Clone, Copy)]
 pub struct SchedulingProblem<'a> {
-    pub pods: &'a [Pod],
+    /// The pods to place, shared with the watch caches.
+    pub pods: &'a [std::sync::Arc<Pod>],
     pub node_pools: &'a [NodePoolInput],
     pub instance_types: &'a [InstanceType],
     pub existing_nodes: &'a [ExistingNode],

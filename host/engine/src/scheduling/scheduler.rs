@@ -1312,7 +1312,11 @@ impl<'a> Solver<'a> {
 }
 
 /// The pods of `pods` that a result placed, for tests and callers that need the objects back.
-pub fn pods_of<'p>(pods: &'p [Pod], indices: &[usize]) -> impl Iterator<Item = &'p Pod> + 'p {
+pub fn pods_of<'p>(
+    pods: &'p [std::sync::Arc<Pod>],
+    indices: &[usize],
+) -> impl Iterator<Item = &'p Pod> + 'p {
     let idx: Vec<usize> = indices.to_vec();
-    idx.into_iter().filter_map(move |i| pods.get(i))
+    idx.into_iter()
+        .filter_map(move |i| pods.get(i).map(|p| &**p))
 }
