@@ -157,6 +157,7 @@ fn cluster(nodes: usize, now: Timestamp, mix: bool) -> ClusterSnapshot {
         instance_types: types,
         pending_pods: Vec::new(),
         daemonsets: Vec::new(),
+        fingerprint: 0,
     }
 }
 

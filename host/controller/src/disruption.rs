@@ -30,7 +30,9 @@ use kk_apis::crd::conditions::DesiredCondition;
 use kk_apis::names::condition;
 use kk_engine::disruption::build::{self, Objects};
 use kk_engine::disruption::model::{ClusterSnapshot, Reason};
-use kk_engine::disruption::plan::{Command, Method, Plan, consolidatable, plan, still_valid};
+use kk_engine::disruption::plan::{
+    Command, Method, Plan, consolidatable, plan_with, quiet_key, still_valid,
+};
 use kk_engine::disruption::scorer::ConsolidationScorer;
 
 use crate::state::ClusterState;
@@ -69,7 +71,13 @@ pub struct Disrupter {
     pub metrics: Arc<Metrics>,
     pub events: Events,
     pub options: Options,
+    /// The last pass that consolidated and found nothing: its [`quiet_key`], and when.
+    pub quiet: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
 }
+
+/// How long consolidation trusts an unchanged cluster to need nothing (upstream rechecks a
+/// "consolidated" cluster every 5 minutes).
+pub const QUIET_RECHECK: Duration = Duration::from_secs(5 * 60);
 
 /// `/explain/node`: one node explained by the disruption rules, from a fresh snapshot.
 pub fn node_explainer(state: &ClusterState, catalog: &Arc<LiveCatalog>) -> NodeExplainer {
@@ -257,13 +265,31 @@ impl Disrupter {
         self.metrics
             .cluster_hourly_price_micros
             .set(snapshot.hourly_price_micros() as i64);
+        // Nothing changed since a pass that found no consolidation: it would find none again.
+        // Solving every candidate's pods is the costly part of a pass, so it is skipped.
+        let key = quiet_key(&snapshot);
+        let consolidate = self
+            .quiet
+            .lock()
+            .map_err(|_| anyhow::anyhow!("disruption state poisoned"))?
+            .is_none_or(|(k, at)| k != key || at.elapsed() >= QUIET_RECHECK);
+        if !consolidate {
+            tracing::debug!("cluster unchanged since a pass found no consolidation; skipping it");
+        }
         // Planning simulates every candidate (and calls the scorer plugin): off the async workers.
         let scorer = Arc::clone(&self.scorer);
         let (snapshot, plan) = tokio::task::spawn_blocking(move || {
-            let plan = plan(&snapshot, scorer.as_ref());
+            let plan = plan_with(&snapshot, scorer.as_ref(), consolidate);
             (snapshot, plan)
         })
         .await?;
+        if let Ok(mut quiet) = self.quiet.lock() {
+            if plan.graceful.is_some() || !plan.forceful.is_empty() {
+                *quiet = None;
+            } else if consolidate {
+                *quiet = Some((key, std::time::Instant::now()));
+            }
+        }
         self.metrics
             .disruption_evaluation
             .get_or_create(&crate::metrics::EvaluationLabels {
@@ -793,7 +819,7 @@ fn consolidation_type_of(cmd: &Command) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kk_engine::disruption::{Blocker, SavingsPerDisruption, plan::node_blocker};
+    use kk_engine::disruption::{Blocker, SavingsPerDisruption, plan, plan::node_blocker};
     use kk_engine::scheduling::Offering;
     use serde_json::json;
 

@@ -226,6 +226,7 @@ impl Operator {
                 validation_delay: settings.disruption_validation_delay,
                 ..disruption::Options::default()
             },
+            quiet: Default::default(),
         });
         let collector = Arc::new(Collector {
             client: kube.clone(),

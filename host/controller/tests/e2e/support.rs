@@ -594,12 +594,15 @@ impl Env {
     /// Records NodeClaim conditions from now on (until the test ends).
     pub fn record_conditions(&self) -> ConditionLog {
         use futures::StreamExt;
-        use kube::runtime::watcher;
+        use kube::runtime::{WatchStreamExt, watcher};
         let log = ConditionLog::default();
         let sink = log.clone();
         let api: Api<crd::NodeClaim> = Api::all(self.kube.clone());
         tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default());
+            // With backoff: once the test's control plane is gone, a watch retrying without
+            // a pause never yields, and the test's runtime could not shut down (a failing
+            // test would hang instead of failing).
+            let stream = watcher(api, watcher::Config::default()).default_backoff();
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 let claims = match event {

@@ -409,14 +409,74 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
             state
         })
         .collect();
+    let fingerprint = fingerprint(&o);
     ClusterSnapshot {
         now: o.now,
         pools: o.pools.iter().map(|p| pool_state(p, o.classes)).collect(),
         nodes,
         instance_types: o.instance_types,
         pending_pods,
+        fingerprint,
         daemonsets: o.daemonsets,
     }
+}
+
+/// What the snapshot's decisions read, besides the time: every object's identity and version,
+/// the nominations, the held controllers and the offerings. A Node's version moves with its
+/// heartbeats, so a Node counts by what the rules read of it instead: labels, taints,
+/// allocatable, readiness, cordon, deletion and its do-not-disrupt annotation.
+fn fingerprint(o: &Objects<'_>) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    let mut version = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.uid.hash(&mut h);
+        m.resource_version.hash(&mut h);
+    };
+    o.pools.iter().for_each(|x| version(&x.metadata));
+    o.claims.iter().for_each(|x| version(&x.metadata));
+    o.pods.iter().for_each(|x| version(&x.metadata));
+    o.classes.iter().for_each(|x| version(&x.metadata));
+    o.pdbs.iter().for_each(|x| version(&x.metadata));
+    for n in o.nodes {
+        n.metadata.name.hash(&mut h);
+        n.metadata.labels.hash(&mut h);
+        n.metadata.deletion_timestamp.is_some().hash(&mut h);
+        n.annotations().get(annotation::DO_NOT_DISRUPT).hash(&mut h);
+        if let Some(spec) = &n.spec {
+            spec.unschedulable.hash(&mut h);
+            for t in spec.taints.iter().flatten() {
+                (&t.key, &t.value, &t.effect).hash(&mut h);
+            }
+        }
+        if let Some(status) = &n.status {
+            for (k, q) in status.allocatable.iter().flatten() {
+                (k, &q.0).hash(&mut h);
+            }
+            for c in status.conditions.iter().flatten() {
+                if c.type_ == "Ready" {
+                    c.status.hash(&mut h);
+                }
+            }
+        }
+    }
+    for set in [o.nominated, o.held_owners] {
+        let mut v: Vec<&String> = set.iter().collect();
+        v.sort();
+        v.hash(&mut h);
+    }
+    for it in &o.instance_types {
+        it.name.hash(&mut h);
+        for off in &it.offerings {
+            (
+                &off.zone,
+                &off.capacity_type,
+                off.price_micros,
+                off.available,
+            )
+                .hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 #[cfg(test)]
@@ -494,5 +554,59 @@ mod tests {
             [(label::HOSTNAME.to_owned(), "n1".to_owned())]
         );
         assert!(kept(&pods, &nodes, "x").is_empty());
+    }
+
+    #[test]
+    fn the_fingerprint_moves_with_what_the_rules_read_and_not_with_heartbeats() {
+        let print = |nodes: &[Node], pods: &[Pod]| {
+            let nodes: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
+            let pods: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
+            let none = HashSet::new();
+            snapshot(Objects {
+                now: "2026-12-03T12:00:00Z".parse().unwrap(),
+                pools: &[],
+                claims: &[],
+                nodes: &nodes,
+                pods: &pods,
+                classes: &[],
+                pdbs: &[],
+                nominated: &none,
+                held_owners: &none,
+                instance_types: Vec::new(),
+                daemonsets: Vec::new(),
+            })
+            .fingerprint
+        };
+        let ready = |n: &mut Node, heartbeat: &str| {
+            n.status = Some(
+                serde_json::from_value(json!({"conditions": [{"type": "Ready",
+                    "status": "True", "lastHeartbeatTime": heartbeat}]}))
+                .unwrap(),
+            );
+        };
+        let mut n = node("n1", "kr-a");
+        ready(&mut n, "2026-12-03T11:59:00Z");
+        let mut p = pod("ns", "x", "x", "n1", None);
+        p.metadata.resource_version = Some("1".into());
+        let key = print(std::slice::from_ref(&n), std::slice::from_ref(&p));
+
+        let mut beat = n.clone();
+        ready(&mut beat, "2026-12-03T11:59:40Z");
+        beat.metadata.resource_version = Some("2".into());
+        assert_eq!(print(&[beat], std::slice::from_ref(&p)), key, "a heartbeat");
+
+        let mut tainted = n.clone();
+        tainted.spec = Some(
+            serde_json::from_value(json!({"taints": [{"key": "k", "effect": "NoSchedule"}]}))
+                .unwrap(),
+        );
+        assert_ne!(print(&[tainted], std::slice::from_ref(&p)), key, "a taint");
+        let mut moved = p.clone();
+        moved.metadata.resource_version = Some("2".into());
+        assert_ne!(
+            print(std::slice::from_ref(&n), &[moved]),
+            key,
+            "a pod's new version"
+        );
     }
 }

@@ -334,6 +334,9 @@ pub struct ClusterSnapshot {
     /// DaemonSet pod templates (as pods): the full solver reserves their requests on a
     /// replacement.
     pub daemonsets: Vec<Pod>,
+    /// What the snapshot was built from, hashed (see [`super::build`]); 0 when built by hand.
+    /// With [`super::plan::quiet_key`] it tells a pass that nothing changed since the last one.
+    pub fingerprint: u64,
 }
 
 impl ClusterSnapshot {

@@ -713,6 +713,43 @@ pub fn budget_blocked(
 
 /// Runs every method in order over `snapshot`.
 pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Plan {
+    plan_with(snapshot, scorer, true)
+}
+
+/// The snapshot's [`ClusterSnapshot::fingerprint`] with what the time changes in the rules'
+/// answers: which nodes are consolidatable, which pods and nodes `do-not-disrupt` holds, and
+/// the disruptions each budget allows now. A pass whose key equals that of a pass that found
+/// nothing would find nothing again (upstream's "consolidated" state), save for the daemonsets
+/// and the clock inside a budget window, which upstream's 5-minute recheck also covers.
+pub fn quiet_key(snapshot: &ClusterSnapshot) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    snapshot.fingerprint.hash(&mut h);
+    for n in &snapshot.nodes {
+        consolidatable(snapshot, n).hash(&mut h);
+        n.do_not_disrupt.hash(&mut h);
+        n.pods
+            .iter()
+            .map(|p| p.do_not_disrupt)
+            .collect::<Vec<_>>()
+            .hash(&mut h);
+    }
+    let budgets = BudgetTracker::new(snapshot);
+    for pool in &snapshot.pools {
+        for reason in [Reason::Empty, Reason::Underutilized, Reason::Drifted] {
+            budgets.remaining(&pool.name, reason).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// [`plan`], with consolidation (scoring, multi- and single-node) only when `consolidate`:
+/// expiration, emptiness and drift always run.
+pub fn plan_with(
+    snapshot: &ClusterSnapshot,
+    scorer: &dyn ConsolidationScorer,
+    consolidate: bool,
+) -> Plan {
     let mut sim = Simulator::new(snapshot);
     let forceful = expiration(snapshot);
     let initial = BudgetTracker::new(snapshot);
@@ -731,6 +768,14 @@ pub fn plan(snapshot: &ClusterSnapshot, scorer: &dyn ConsolidationScorer) -> Pla
         return Plan {
             forceful,
             graceful: Some(cmd),
+            budget_blocked,
+            budgets: initial,
+            ..Plan::default()
+        };
+    }
+    if !consolidate {
+        return Plan {
+            forceful,
             budget_blocked,
             budgets: initial,
             ..Plan::default()

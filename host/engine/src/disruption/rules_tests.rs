@@ -88,6 +88,7 @@ fn snapshot(nodes: Vec<NodeState>) -> ClusterSnapshot {
         instance_types: catalog(),
         pending_pods: vec![],
         daemonsets: vec![],
+        fingerprint: 0,
     }
 }
 
@@ -713,4 +714,39 @@ fn explain_says_what_keeps_a_node_and_where_its_pods_would_go() {
         "{frozen:#?}"
     );
     assert!(explain::node(&s, "nope").is_none());
+}
+
+#[test]
+fn the_quiet_key_moves_with_what_time_changes_in_the_rules() {
+    use crate::disruption::plan::quiet_key;
+    let mut s = snapshot(vec![
+        node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+        node("b", "m2a.xlarge", 4000, 200_000, &[500]),
+    ]);
+    s.pools[0].consolidate_after = Some(Duration::from_secs(600));
+    s.nodes[0].last_pod_event = Some(Timestamp::from_second(now().as_second() - 300).unwrap());
+    let key = quiet_key(&s);
+    assert_eq!(quiet_key(&s.clone()), key, "the same inputs, the same key");
+
+    // Ten minutes on, a becomes consolidatable: no object changed, the answer may.
+    let mut later = s.clone();
+    later.now = Timestamp::from_second(now().as_second() + 600).unwrap();
+    assert_ne!(quiet_key(&later), key);
+    // A do-not-disrupt duration running out, likewise.
+    let mut held = s.clone();
+    held.nodes[1].pods[0].do_not_disrupt = true;
+    assert_ne!(quiet_key(&held), key);
+    // And anything the snapshot was built from.
+    let mut changed = s.clone();
+    changed.fingerprint = 1;
+    assert_ne!(quiet_key(&changed), key);
+
+    // A skipped consolidation plans nothing but the forceful and cheap methods.
+    let p = crate::disruption::plan::plan_with(&later, &SavingsPerDisruption, false);
+    assert!(p.graceful.is_none() && p.scored.nodes.is_empty());
+    assert!(
+        crate::disruption::plan::plan_with(&later, &SavingsPerDisruption, true)
+            .graceful
+            .is_some()
+    );
 }

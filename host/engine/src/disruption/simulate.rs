@@ -733,6 +733,7 @@ mod tests {
             instance_types: vec![it("small", 2000, 4, 100), it("large", 8000, 32, 400)],
             pending_pods: vec![],
             daemonsets: vec![],
+            fingerprint: 0,
         }
     }
 
