@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_core::ResourceExt;
@@ -159,6 +159,19 @@ pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, Strin
         }
     });
     labels_ok && exprs_ok
+}
+
+/// The pod's required anti-affinity terms: every pod a term selects must keep out of the pod's
+/// domain (kube-scheduler checks them for each incoming pod).
+pub fn required_anti_affinity(pod: &Pod) -> &[PodAffinityTerm] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref()?.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
+        .unwrap_or_default()
 }
 
 /// A PodDisruptionBudget covering `pod` allows no disruption now.

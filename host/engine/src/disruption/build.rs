@@ -17,7 +17,7 @@ use kk_apis::crd::{KCNodeClass, NodeClaim, NodePool};
 use crate::scheduling::{InstanceType, Resources, resources, translate};
 use kk_apis::pod::{
     do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_provisionable, is_terminal, pdb_blocked,
-    selects,
+    required_anti_affinity, selects,
 };
 
 /// Everything a snapshot is built from (the reflector stores' contents and a PDB list).
@@ -97,7 +97,6 @@ fn pod_state(shared: &Arc<Pod>, o: &Objects<'_>) -> PodState {
 fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
     let mut state = PoolState::new(pool.name_any());
     let d = &pool.spec.disruption;
-    state.weight = pool.spec.weight.unwrap_or(0);
     state.is_static = pool.spec.is_static();
     state.consolidation_policy = d.consolidation_policy;
     state.consolidate_after = d.consolidate_after.duration();
@@ -107,30 +106,14 @@ fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
         .iter()
         .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name)
         .map(Arc::as_ref);
-    state.requirements = translate::nodepool_input(pool, class, Resources::ZERO, 0).requirements;
-    state.labels = pool
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .map(|m| m.labels.clone())
-        .unwrap_or_default();
-    state.taints = pool
-        .spec
-        .template
-        .spec
-        .taints
-        .iter()
-        .map(Into::into)
-        .collect();
-    state.startup_taints = pool
-        .spec
-        .template
-        .spec
-        .startup_taints
-        .iter()
-        .map(Into::into)
-        .collect();
+    // What the solver reads of the pool, translated once: requirements (with the class's
+    // zones), template labels, taints and startup taints.
+    let input = translate::nodepool_input(pool, class, Resources::ZERO, 0);
+    state.weight = input.weight;
+    state.requirements = input.requirements;
+    state.labels = input.labels;
+    state.taints = input.taints;
+    state.startup_taints = input.startup_taints;
     state
 }
 
@@ -307,15 +290,7 @@ fn keep_out_terms<'a>(
         let Some(node_name) = spec.node_name.as_deref() else {
             continue;
         };
-        let terms = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            });
-        for term in terms.into_iter().flatten() {
+        for term in required_anti_affinity(pod) {
             let value = nodes
                 .get(node_name)
                 .and_then(|n| n.labels().get(&term.topology_key).cloned())

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kk_apis::pod::selects;
+use kk_apis::ResourceExt;
+use kk_apis::pod::{required_anti_affinity, selects};
 
 use super::model::ClusterSnapshot;
 use crate::scheduling::{
@@ -70,12 +71,11 @@ struct Running {
 }
 
 /// What decides whether a running pod matters to a solve; the replicas of a workload share one.
-#[derive(PartialEq, Eq, Hash)]
 struct Kind {
     labels: BTreeMap<String, String>,
     /// The selectors of its required anti-affinity terms (they keep the pods they select out
-    /// of its domain), as JSON for hashing.
-    anti: Vec<String>,
+    /// of its domain).
+    anti: Vec<LabelSelector>,
 }
 
 /// A destination node: its room with every pod folded in, and the pods a solve may unfold.
@@ -89,20 +89,9 @@ struct Destination {
 pub struct FullCheck {
     destinations: Vec<Destination>,
     kinds: Vec<Kind>,
-    /// The anti-affinity selectors of each kind, parsed.
-    kind_anti: Vec<Vec<LabelSelector>>,
     pools: Vec<NodePoolInput>,
     cache: HashMap<Vec<usize>, Rc<Solved>>,
     spent: Duration,
-}
-
-fn no_labels() -> &'static BTreeMap<String, String> {
-    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-    &EMPTY
-}
-
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(no_labels())
 }
 
 /// The selectors of every term, required and preferred.
@@ -159,36 +148,28 @@ fn own_selectors(pod: &Pod) -> Option<Vec<&LabelSelector>> {
 /// The kinds of the running pods, numbered as they are first seen.
 #[derive(Default)]
 struct Kinds {
-    index: HashMap<Kind, usize>,
-    anti: Vec<Vec<LabelSelector>>,
+    /// (labels, the anti-affinity terms as JSON) → index into `all`.
+    index: HashMap<(BTreeMap<String, String>, String), usize>,
+    all: Vec<Kind>,
 }
 
 impl Kinds {
     fn running(&mut self, pod: &Arc<Pod>, requests: Resources) -> Running {
-        let anti: Vec<LabelSelector> = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.affinity.as_ref())
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.label_selector.clone())
-            .collect();
-        let key = Kind {
-            labels: labels_of(pod).clone(),
-            anti: anti
-                .iter()
-                .map(|a| serde_json::to_string(a).unwrap_or_default())
-                .collect(),
-        };
-        let next = self.index.len();
-        let kind = *self.index.entry(key).or_insert_with(|| {
-            self.anti.push(anti);
-            next
+        let terms = required_anti_affinity(pod);
+        let key = (
+            pod.labels().clone(),
+            serde_json::to_string(terms).unwrap_or_default(),
+        );
+        let all = &mut self.all;
+        let kind = *self.index.entry(key).or_insert_with_key(|(labels, _)| {
+            all.push(Kind {
+                labels: labels.clone(),
+                anti: terms
+                    .iter()
+                    .filter_map(|t| t.label_selector.clone())
+                    .collect(),
+            });
+            all.len() - 1
         });
         Running {
             pod: Arc::clone(pod),
@@ -196,12 +177,13 @@ impl Kinds {
             kind,
         }
     }
+}
 
-    fn into_parts(self) -> (Vec<Kind>, Vec<Vec<LabelSelector>>) {
-        let mut kinds: Vec<(usize, Kind)> = self.index.into_iter().map(|(k, i)| (i, k)).collect();
-        kinds.sort_by_key(|(i, _)| *i);
-        (kinds.into_iter().map(|(_, k)| k).collect(), self.anti)
-    }
+/// A candidate set as the cache keys it.
+fn sorted(nodes: &[usize]) -> Vec<usize> {
+    let mut key = nodes.to_vec();
+    key.sort_unstable();
+    key
 }
 
 impl FullCheck {
@@ -236,11 +218,9 @@ impl FullCheck {
                     .collect(),
             })
             .collect();
-        let (kinds, kind_anti) = kinds.into_parts();
         FullCheck {
             destinations,
-            kinds,
-            kind_anti,
+            kinds: kinds.all,
             pools: snapshot
                 .pools
                 .iter()
@@ -258,12 +238,15 @@ impl FullCheck {
         snapshot: &ClusterSnapshot,
         nodes: &[usize],
     ) -> Result<(), Unavailable> {
-        let mut key = nodes.to_vec();
-        key.sort_unstable();
-        if self.cache.contains_key(&key) {
+        self.can_solve(snapshot, &sorted(nodes))
+    }
+
+    /// [`FullCheck::available`] for a sorted candidate set.
+    fn can_solve(&self, snapshot: &ClusterSnapshot, key: &[usize]) -> Result<(), Unavailable> {
+        if self.cache.contains_key(key) {
             return Ok(());
         }
-        let objects = nodes
+        let objects = key
             .iter()
             .flat_map(|&i| snapshot.nodes[i].reschedulable_pods())
             .all(|p| p.pod.is_some());
@@ -282,12 +265,11 @@ impl FullCheck {
         snapshot: &ClusterSnapshot,
         nodes: &[usize],
     ) -> Result<Rc<Solved>, Unavailable> {
-        self.available(snapshot, nodes)?;
-        let mut key = nodes.to_vec();
-        key.sort_unstable();
+        let key = sorted(nodes);
         if let Some(hit) = self.cache.get(&key) {
             return Ok(Rc::clone(hit));
         }
+        self.can_solve(snapshot, &key)?;
         let started = Instant::now();
         let solved = Rc::new(self.run(snapshot, &key));
         self.spent += started.elapsed();
@@ -314,7 +296,7 @@ impl FullCheck {
                 Some(all)
             });
         let mut mover_labels: Vec<&BTreeMap<String, String>> = Vec::new();
-        for l in pods.iter().map(|p| labels_of(p)) {
+        for l in pods.iter().map(|p| p.labels()) {
             if !mover_labels.contains(&l) {
                 mover_labels.push(l);
             }
@@ -324,12 +306,12 @@ impl FullCheck {
         let relevant: Vec<bool> = self
             .kinds
             .iter()
-            .zip(&self.kind_anti)
-            .map(|(kind, anti)| {
+            .map(|kind| {
                 selectors
                     .as_ref()
                     .is_none_or(|s| s.iter().any(|s| selects(Some(s), &kind.labels)))
-                    || anti
+                    || kind
+                        .anti
                         .iter()
                         .any(|a| mover_labels.iter().any(|m| selects(Some(a), m)))
             })

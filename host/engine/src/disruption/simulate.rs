@@ -673,23 +673,20 @@ impl<'a> Simulator<'a> {
         max_price: Option<u64>,
         allow_spot: bool,
     ) -> Vec<String> {
-        let mut names: Vec<String> = Vec::new();
-        if let Some(solved) = self.solved(nodes) {
-            if let Ok(Verdict::Replace(draft)) = solved.as_deref().map(|s| &s.verdict) {
-                for (oi, price) in self.draft_options(draft, allow_spot) {
-                    if max_price.is_some_and(|m| price >= m) {
-                        break;
-                    }
-                    let name = &self.snapshot.instance_types[self.options[oi].instance_type].name;
-                    if !names.contains(name) {
-                        names.push(name.clone());
-                    }
-                }
+        // The launch options that hold the pods, cheapest first: the solver's new NodeClaim's
+        // for complex pods, else the fast check's.
+        let options: Vec<(usize, u64)> = match self.solved(nodes) {
+            Some(solved) => match solved.as_deref().map(|s| &s.verdict) {
+                Ok(Verdict::Replace(draft)) => self.draft_options(draft, allow_spot).collect(),
+                _ => Vec::new(),
+            },
+            None => {
+                let (left, overhead) = self.leftovers(nodes);
+                self.fitting_options(&left, overhead, allow_spot).collect()
             }
-            return names;
-        }
-        let (left, overhead) = self.leftovers(nodes);
-        for (oi, price) in self.fitting_options(&left, overhead, allow_spot) {
+        };
+        let mut names: Vec<String> = Vec::new();
+        for (oi, price) in options {
             if max_price.is_some_and(|m| price >= m) {
                 break;
             }

@@ -173,17 +173,8 @@ fn affinity_group(
 pub fn running_pod_groups(syms: &mut Symbols, groups: &mut Groups, pod: &Pod) -> Vec<GroupRef> {
     let namespace = syms.intern(pod.metadata.namespace.as_deref().unwrap_or("default"));
     let labels = sorted_labels(syms, pod);
-    let terms = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.affinity.as_ref())
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
     let mut out = Vec::new();
-    for term in terms.into_iter().flatten() {
+    for term in kk_apis::pod::required_anti_affinity(pod) {
         if let Ok(Some(g)) = affinity_group(syms, GroupKind::AntiAffinity, term, namespace, &labels)
         {
             out.push(groups.register(g));
