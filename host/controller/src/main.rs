@@ -26,7 +26,9 @@ use crate::startup::{LogFormat, Startup};
 
 /// mimalloc instead of glibc's malloc: glibc gives each thread that allocates its own 64 MiB
 /// arena, so tokio's workers and the blocking threads that run plugins each held one (the scale
-/// bench saw 64 MiB regions, and about 200 MiB peak RSS at 1,000 pods).
+/// bench saw 64 MiB regions, and about 200 MiB peak RSS at 1,000 pods). The `system-allocator`
+/// feature keeps glibc's, for heap profilers that hook malloc (heaptrack; docs/performance.md).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

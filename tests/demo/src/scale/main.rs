@@ -220,7 +220,7 @@ async fn steady(row: &mut Row, args: &Args) -> anyhow::Result<SteadyFigures> {
     let stats = row.stats()?;
     // The relist: a restarted controller lists everything again before it is ready.
     let (r0, ts0) = (Instant::now(), Timestamp::now());
-    row.restart().await?;
+    row.restart(timeout).await?;
     let relist_s = r0.elapsed().as_secs_f64();
     let relist_requests = row.api_requests(ts0, Timestamp::now())?;
     // Its memory once it has run a pass over everything.

@@ -189,8 +189,21 @@ impl Row {
         Ok((sum, count))
     }
 
-    /// Stops the autoscaler and starts it again; returns once it is running.
-    pub async fn restart(&mut self) -> anyhow::Result<()> {
+    /// Whether the autoscaler leads: both set `leader_election_master_status` to 1 only once
+    /// their caches have synced and the controllers run.
+    pub fn leads(&self) -> bool {
+        let Ok((_, body)) = kk_demo::http_get(self.metrics_port(), "/metrics") else {
+            return false;
+        };
+        body.lines().any(|line| {
+            line.starts_with("leader_election_master_status")
+                && line.rsplit_once(' ').is_some_and(|(_, v)| v.trim() == "1")
+        })
+    }
+
+    /// Stops the autoscaler and starts it again; returns once the new process leads, that is
+    /// once it has listed the cluster again (its readiness comes earlier: a standby is ready).
+    pub async fn restart(&mut self, timeout: Duration) -> anyhow::Result<()> {
         match &mut self.process {
             Process::Ours(c) => {
                 let pod = c.pod.clone();
@@ -212,6 +225,14 @@ impl Row {
                 *child = next;
                 *metrics_port = port;
             }
+        }
+        let deadline = Instant::now() + timeout;
+        while !self.leads() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the restarted autoscaler did not lead within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Ok(())
     }
