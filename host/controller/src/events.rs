@@ -5,6 +5,12 @@
 //! bounded queue that a background task drains a few at a time, and a full queue drops the Event
 //! (counted in the log) rather than slowing the reconcile that emitted it. A provisioning pass
 //! that nominates 1,000 pods would otherwise make 1,000 sequential round trips.
+//!
+//! kube's `Recorder` keeps every Event it wrote, to count a repeat into the Event's series, and
+//! forgets one only when it publishes again six minutes later: after a 20,000-pod scale-out it
+//! would hold 20,000 Events until the next one. So each action's writer replaces its recorder
+//! after [`RECORDER_EVENTS`] Events, as client-go's correlator keeps at most 4,096; a repeat
+//! across a replacement starts a new Event instead of a series.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +27,57 @@ const NOTE_MAX_BYTES: usize = 1024;
 const QUEUE: usize = 1000;
 /// Events written at once, per action.
 const IN_FLIGHT: usize = 8;
+/// Events one recorder writes before the writer replaces it (and its cache).
+const RECORDER_EVENTS: usize = 4096;
+
+/// Who writes Events: the client, and the controller reported as their source.
+#[derive(Clone)]
+pub struct Source {
+    client: kube::Client,
+    reporter: Reporter,
+}
+
+impl Source {
+    pub fn new(client: kube::Client, reporter: Reporter) -> Self {
+        Source { client, reporter }
+    }
+
+    /// The `karpenter` controller of this pod (`POD_NAME`).
+    pub fn karpenter(client: kube::Client) -> Self {
+        Source::new(
+            client,
+            Reporter {
+                controller: "karpenter".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        )
+    }
+
+    fn recorder(&self) -> Recorder {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+    }
+}
+
+/// A recorder that is replaced after [`RECORDER_EVENTS`] Events.
+struct Bounded {
+    source: Source,
+    current: Mutex<(Recorder, usize)>,
+}
+
+impl Bounded {
+    /// The recorder for the next Event.
+    fn next(&self) -> Recorder {
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.1 >= RECORDER_EVENTS {
+            *current = (self.source.recorder(), 0);
+        }
+        current.1 += 1;
+        current.0.clone()
+    }
+}
 
 /// Publishes Events for one controller action (`Launch`, `Terminate`, `Disrupt`, ...).
 #[derive(Clone)]
@@ -34,12 +91,16 @@ pub struct Events {
 impl Events {
     /// Starts the task that writes this action's Events; it ends when the last clone is dropped.
     /// Must be called inside a Tokio runtime.
-    pub fn new(recorder: Recorder, action: &'static str) -> Self {
+    pub fn new(source: Source, action: &'static str) -> Self {
         let (queue, rx) = mpsc::channel::<(Event, ObjectReference)>(QUEUE);
         let pending =
             futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) });
+        let recorders = Bounded {
+            current: Mutex::new((source.recorder(), 0)),
+            source,
+        };
         tokio::spawn(pending.for_each_concurrent(IN_FLIGHT, move |(ev, regarding)| {
-            let recorder = recorder.clone();
+            let recorder = recorders.next();
             async move {
                 if let Err(err) = recorder.publish(&ev, &regarding).await {
                     tracing::debug!(error = %err, reason = %ev.reason, "could not publish event");
@@ -81,17 +142,6 @@ impl Events {
             sent.insert(key, Instant::now());
         }
         self.publish(regarding, type_, reason, note);
-    }
-
-    /// A recorder reporting as the `karpenter` controller of this pod (`POD_NAME`).
-    pub fn recorder(client: kube::Client) -> Recorder {
-        Recorder::new(
-            client,
-            Reporter {
-                controller: "karpenter".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        )
     }
 
     pub fn normal(&self, regarding: &ObjectReference, reason: &str, note: impl Into<String>) {
@@ -152,5 +202,26 @@ mod tests {
         let cut = truncate(long);
         assert!(cut.len() <= NOTE_MAX_BYTES);
         assert!(cut.chars().all(|c| c == '가'));
+    }
+
+    #[tokio::test]
+    async fn a_writer_replaces_its_recorder_after_a_bound() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let source = Source::karpenter(kube::Client::try_from(config).unwrap());
+        let recorders = Bounded {
+            current: Mutex::new((source.recorder(), 0)),
+            source,
+        };
+        let count = |b: &Bounded| b.current.lock().unwrap().1;
+        for _ in 0..RECORDER_EVENTS {
+            recorders.next();
+        }
+        assert_eq!(count(&recorders), RECORDER_EVENTS);
+        recorders.next();
+        assert_eq!(
+            count(&recorders),
+            1,
+            "the next Event goes to a fresh recorder"
+        );
     }
 }

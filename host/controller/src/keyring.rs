@@ -12,7 +12,7 @@ use kakaocloud::api::InstanceStatus;
 use kakaocloud::ownership::{Keyring, KeyringError, KeyringHandle};
 use kube::Resource;
 
-use crate::events::Events;
+use crate::events::{self, Events};
 
 /// What a reload must not orphan: the instances of `cluster`.
 #[derive(Clone)]
@@ -118,7 +118,7 @@ pub async fn watch_keyring(
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
 
-    let events = Events::new(Events::recorder(client.clone()), "ReloadKeyring");
+    let events = Events::new(events::Source::karpenter(client.clone()), "ReloadKeyring");
     let api: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
     let (ns, name) = (namespace.to_string(), secret_name.to_string());
     let secret = api

@@ -19,13 +19,13 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::events::Events;
+use crate::events::{self, Events};
 use crate::state::ClusterState;
 use kakaocloud::{self, api};
 use kk_apis::crd::conditions::{DesiredCondition, Status, set_condition};
@@ -66,7 +66,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            events: Events::new(Recorder::new(kube.clone(), reporter), "Resolve"),
+            events: Events::new(events::Source::new(kube.clone(), reporter), "Resolve"),
             kube,
             kakaocloud,
             state,

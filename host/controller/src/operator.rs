@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Settings;
 use crate::disruption::{self, Disrupter};
-use crate::events::Events;
+use crate::events::{self, Events};
 use crate::explain::Explain;
 use crate::gc::Collector;
 use crate::lifecycle::bootstrap::ca_cert_hash;
@@ -166,14 +166,14 @@ impl Operator {
             settings.catalog_refresh,
             unavailable,
         ));
-        let recorder = Events::recorder(kube.clone());
+        let source = events::Source::karpenter(kube.clone());
         let static_capacity = Arc::new(StaticCapacity {
             client: kube.clone(),
             state: state.clone(),
             catalog: catalog.clone(),
             ranker: plugins.ranker.clone(),
             metrics: metrics.clone(),
-            events: Events::new(recorder.clone(), "Static"),
+            events: Events::new(source.clone(), "Static"),
         });
         // Upstream's NodeRepair gate: off unless FEATURE_GATES says NodeRepair=true.
         let repair = settings.node_repair.then(|| {
@@ -181,7 +181,7 @@ impl Operator {
                 client: kube.clone(),
                 state: state.clone(),
                 metrics: metrics.clone(),
-                events: Events::new(recorder.clone(), "Repair"),
+                events: Events::new(source.clone(), "Repair"),
                 toleration: settings.node_repair_toleration,
             })
         });
@@ -192,7 +192,7 @@ impl Operator {
             plugins.ranker,
             settings.clone(),
             metrics.clone(),
-            recorder.clone(),
+            source.clone(),
             explain.clone(),
         ));
         explain.attach(state.clone(), disruption::node_explainer(&state, &catalog));
@@ -210,7 +210,7 @@ impl Operator {
             keyring: keyring.clone(),
             cluster_name: settings.cluster_name.clone(),
             metrics: metrics.clone(),
-            events: Events::new(recorder.clone(), "Terminate"),
+            events: Events::new(source.clone(), "Terminate"),
             poll: Duration::from_secs(1),
             backoff: Backoff::default(),
         });
@@ -220,7 +220,7 @@ impl Operator {
             catalog: catalog.clone(),
             scorer: plugins.scorer,
             metrics: metrics.clone(),
-            events: Events::new(recorder.clone(), "Disrupt"),
+            events: Events::new(source.clone(), "Disrupt"),
             options: disruption::Options {
                 interval: settings.disruption_interval,
                 validation_delay: settings.disruption_validation_delay,
@@ -248,7 +248,7 @@ impl Operator {
             renderer: plugins.renderer,
             catalog,
             metrics: metrics.clone(),
-            events: Events::new(recorder, "Launch"),
+            events: Events::new(source, "Launch"),
             backoff: Backoff::default(),
             join,
             launches: Default::default(),
@@ -297,7 +297,7 @@ impl Operator {
             crate::nodepool::run(
                 kube.clone(),
                 state.clone(),
-                Events::new(Events::recorder(kube.clone()), "Route"),
+                Events::new(events::Source::karpenter(kube.clone()), "Route"),
                 plugins.registry,
             ),
         );

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::PostParams;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::config::Settings;
-use crate::events::Events;
+use crate::events::{self, Events};
 use crate::explain::{ClaimDecision, Explain};
 use crate::metrics::{ControllerLabel, ControllerZone, Metrics, SchedulerLabels};
 use kk_apis::crd::kcnodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
@@ -123,7 +123,7 @@ impl Provisioner {
         ranker: Arc<dyn InstanceRanker>,
         settings: Settings,
         metrics: Arc<Metrics>,
-        recorder: Recorder,
+        source: events::Source,
         explain: Explain,
     ) -> Self {
         Provisioner {
@@ -133,7 +133,7 @@ impl Provisioner {
             ranker,
             settings,
             metrics,
-            events: Events::new(recorder, "Provision"),
+            events: Events::new(source, "Provision"),
             explain,
             passes: AtomicU64::new(0),
         }
