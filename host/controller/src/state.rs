@@ -152,9 +152,11 @@ pub trait Trim: Resource<DynamicType = ()> {
 /// latencies (when `PodScheduled` and `Ready` changed).
 const CONDITIONS_READ: [&str; 2] = ["PodScheduled", "Ready"];
 
-/// The pod annotations anything reads.
-const POD_ANNOTATIONS_READ: [&str; 2] = [
+/// The pod annotations anything reads: disruption's do-not-disrupt and deletion cost, and the
+/// kubelet's mirror mark.
+const POD_ANNOTATIONS_READ: [&str; 3] = [
     kk_apis::names::annotation::DO_NOT_DISRUPT,
+    kk_apis::names::annotation::POD_DELETION_COST,
     kk_apis::names::annotation::MIRROR_POD,
 ];
 
@@ -165,7 +167,7 @@ const POD_ANNOTATIONS_READ: [&str; 2] = [
 /// token volume. A cached pod of the scale bench costs 8.0 KiB instead of 18.1 KiB.
 impl Trim for Pod {
     fn trim_kind(&mut self) {
-        // Meshes and operators annotate pods heavily; only these two are ever read.
+        // Meshes and operators annotate pods heavily; only these few are ever read.
         if let Some(a) = self.metadata.annotations.as_mut() {
             a.retain(|k, _| POD_ANNOTATIONS_READ.contains(&k.as_str()));
             if a.is_empty() {
@@ -841,7 +843,8 @@ mod tests {
     fn trimming_keeps_what_scheduling_reads_and_drops_how_containers_run() {
         let mut p: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "managedFields": [{"manager": "kubectl"}],
-                "annotations": {"karpenter.sh/do-not-disrupt": "true", "sidecar.istio.io/status": "{}"}},
+                "annotations": {"karpenter.sh/do-not-disrupt": "true", "sidecar.istio.io/status": "{}",
+                    "controller.kubernetes.io/pod-deletion-cost": "5"}},
             "spec": {
                 "containers": [{"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}],
                     "ports": [{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}],
@@ -895,9 +898,13 @@ mod tests {
         assert_eq!(status.container_statuses, None);
         assert_eq!(p.metadata.managed_fields, None);
         assert!(kk_apis::pod::do_not_disrupt(&p, jiff::Timestamp::now()));
+        let kept: Vec<&str> = p.annotations().keys().map(String::as_str).collect();
         assert_eq!(
-            p.annotations().len(),
-            1,
+            kept,
+            [
+                "controller.kubernetes.io/pod-deletion-cost",
+                "karpenter.sh/do-not-disrupt"
+            ],
             "only the annotations read are kept"
         );
     }
