@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kk_apis::ResourceExt;
 
@@ -41,8 +41,16 @@ pub struct Objects<'a> {
 fn pod_state(shared: &Arc<Pod>, o: &Objects<'_>) -> PodState {
     let pod = shared.as_ref();
     let pdbs = o.pdbs;
-    let spec = pod.spec.clone().unwrap_or_default();
-    let requests = resources::pod_requests(&spec).unwrap_or(Resources::ZERO);
+    // Borrowed: a pass reads every pod, and copying each spec cost a PodSpec per pod per pass.
+    let no_spec;
+    let spec = match pod.spec.as_ref() {
+        Some(spec) => spec,
+        None => {
+            no_spec = PodSpec::default();
+            &no_spec
+        }
+    };
+    let requests = resources::pod_requests(spec).unwrap_or(Resources::ZERO);
     let mut state = PodState::new(
         &pod.namespace().unwrap_or_default(),
         &pod.name_any(),
