@@ -110,8 +110,9 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             ..Default::default()
         }),
     };
-    // Like a real kubelet, registration is retried while a Node of the same name exists (a
-    // duplicate instance under the same name registered first and is being removed).
+    // Like a real kubelet, registration is retried: while a Node of the same name exists (a
+    // duplicate instance under the same name registered first and is being removed), and while
+    // the API server cannot be reached (it falls behind in the scale bench's ramp).
     let nodes = Api::<Node>::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -119,6 +120,16 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             Ok(_) => break,
             Err(kube::Error::Api(s)) if s.code == 409 && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(kube::Error::Api(s))
+                if (s.code == 429 || s.code >= 500) && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(kube::Error::Service(_) | kube::Error::HyperError(_))
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => {
                 tracing::warn!(node = %name, error = %e, "simulated kubelet could not register");
