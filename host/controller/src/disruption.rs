@@ -666,29 +666,9 @@ impl Disrupter {
         let draft = NodeClaimDraft {
             node_pool: r.node_pool.clone(),
             requirements,
-            labels: pool
-                .spec
-                .template
-                .metadata
-                .as_ref()
-                .map(|m| m.labels.clone())
-                .unwrap_or_default(),
-            taints: pool
-                .spec
-                .template
-                .spec
-                .taints
-                .iter()
-                .map(Into::into)
-                .collect(),
-            startup_taints: pool
-                .spec
-                .template
-                .spec
-                .startup_taints
-                .iter()
-                .map(Into::into)
-                .collect(),
+            labels: input.labels,
+            taints: input.taints,
+            startup_taints: input.startup_taints,
             instance_types: r.instance_types.clone(),
             requests: moved,
             pods: Vec::new(),

@@ -266,20 +266,22 @@ impl Lifecycle {
         version: &str,
     ) -> Result<String, LifecycleError> {
         let token = BootstrapToken::for_claim(&self.settings.cluster_name, &nc.name_any());
-        // One token per claim: a retried launch replaces the token of the earlier attempt.
-        self.delete_bootstrap_token(&nc.name_any()).await?;
+        let secret = token.secret(
+            &nc.name_any(),
+            Timestamp::now(),
+            self.settings.bootstrap_token_ttl,
+        );
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.client.clone(), "kube-system");
-        secrets
-            .create(
-                &PostParams::default(),
-                &token.secret(
-                    &nc.name_any(),
-                    Timestamp::now(),
-                    self.settings.bootstrap_token_ttl,
-                ),
-            )
-            .await?;
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            // One token per claim: a retried launch replaces the token of the earlier attempt.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                self.delete_bootstrap_token(&nc.name_any()).await?;
+                secrets.create(&PostParams::default(), &secret).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
         let input = UserdataInput {
             api_endpoint: self.join.api_endpoint.clone(),
             ca_pem: self.join.ca_pem.clone(),
