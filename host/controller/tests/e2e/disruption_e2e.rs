@@ -497,10 +497,12 @@ async fn expire_after_deletes_an_old_node_and_its_pod_moves_to_new_capacity() {
         json!({"expireAfter": "20s"}),
     ));
     let ns = env.cp.fresh_namespace("expire").await.unwrap();
+    // Recording starts first: on a loaded machine the node can expire, and its claim go, before
+    // the pod is seen Running.
+    let conditions = env.record_conditions();
     env.apply_in(&ns, &deployment("aging", 1, "expiring", small(), json!({})));
     env.wait_running(&ns, "aging", 1).await;
     let old = env.claims_of("expiring").await.remove(0);
-    let conditions = env.record_conditions();
 
     // Upstream v1: expiration deletes the NodeClaim (no replacement first).
     eventually("the old NodeClaim deleted", || async {
