@@ -278,7 +278,7 @@ fn print_steady(rows: &[(RowKind, SteadyFigures)]) {
         workload::STEADY_FLAVOR
     );
     println!(
-        "| row | pods | nodes | all Running | RSS | peak RSS | disruption pass | relist (restart to leading) | relist requests | RSS after relist |"
+        "| row | pods | nodes | all Running | RSS | peak RSS | disruption pass | relist (restart to synced) | relist requests | RSS after relist |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (kind, s) in rows {

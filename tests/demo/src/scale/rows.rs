@@ -189,20 +189,23 @@ impl Row {
         Ok((sum, count))
     }
 
-    /// Whether the autoscaler leads: both set `leader_election_master_status` to 1 only once
-    /// their caches have synced and the controllers run.
-    pub fn leads(&self) -> bool {
+    /// Whether the autoscaler's cluster state has synced: both autoscalers set
+    /// `karpenter_cluster_state_synced` to 1 only once their caches have listed everything (ours
+    /// once it leads; upstream's runs here without leader election).
+    pub fn synced(&self) -> bool {
         let Ok((_, body)) = kk_demo::http_get(self.metrics_port(), "/metrics") else {
             return false;
         };
         body.lines().any(|line| {
-            line.starts_with("leader_election_master_status")
-                && line.rsplit_once(' ').is_some_and(|(_, v)| v.trim() == "1")
+            // Go's client prints "1", prometheus-client "1.0".
+            line.split_once(' ').is_some_and(|(name, v)| {
+                name == "karpenter_cluster_state_synced" && matches!(v.trim(), "1" | "1.0")
+            })
         })
     }
 
-    /// Stops the autoscaler and starts it again; returns once the new process leads, that is
-    /// once it has listed the cluster again (its readiness comes earlier: a standby is ready).
+    /// Stops the autoscaler and starts it again; returns once the new process has listed the
+    /// cluster again (its readiness comes earlier: a standby is ready).
     pub async fn restart(&mut self, timeout: Duration) -> anyhow::Result<()> {
         match &mut self.process {
             Process::Ours(c) => {
@@ -227,10 +230,10 @@ impl Row {
             }
         }
         let deadline = Instant::now() + timeout;
-        while !self.leads() {
+        while !self.synced() {
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "the restarted autoscaler did not lead within {timeout:?}"
+                "the restarted autoscaler did not sync within {timeout:?}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
