@@ -65,6 +65,13 @@ struct Bounded {
 }
 
 impl Bounded {
+    fn new(source: Source) -> Self {
+        Bounded {
+            current: Mutex::new((source.recorder(), 0)),
+            source,
+        }
+    }
+
     /// The recorder for the next Event.
     fn next(&self) -> Recorder {
         let mut current = self
@@ -95,10 +102,7 @@ impl Events {
         let (queue, rx) = mpsc::channel::<(Event, ObjectReference)>(QUEUE);
         let pending =
             futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) });
-        let recorders = Bounded {
-            current: Mutex::new((source.recorder(), 0)),
-            source,
-        };
+        let recorders = Bounded::new(source);
         tokio::spawn(pending.for_each_concurrent(IN_FLIGHT, move |(ev, regarding)| {
             let recorder = recorders.next();
             async move {
@@ -208,10 +212,7 @@ mod tests {
     async fn a_writer_replaces_its_recorder_after_a_bound() {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let source = Source::karpenter(kube::Client::try_from(config).unwrap());
-        let recorders = Bounded {
-            current: Mutex::new((source.recorder(), 0)),
-            source,
-        };
+        let recorders = Bounded::new(source);
         let count = |b: &Bounded| b.current.lock().unwrap().1;
         for _ in 0..RECORDER_EVENTS {
             recorders.next();

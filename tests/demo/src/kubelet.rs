@@ -121,14 +121,7 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             Err(kube::Error::Api(s)) if s.code == 409 && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(kube::Error::Api(s))
-                if (s.code == 429 || s.code >= 500) && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(kube::Error::Service(_) | kube::Error::HyperError(_))
-                if Instant::now() < deadline =>
-            {
+            Err(e) if transient(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => {
@@ -136,6 +129,15 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
                 return;
             }
         }
+    }
+}
+
+/// An error a kubelet retries: the API server throttling, failing or out of reach.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Service(_) | kube::Error::HyperError(_) => true,
+        _ => false,
     }
 }
 
