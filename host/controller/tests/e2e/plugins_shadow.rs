@@ -31,10 +31,14 @@ fn cache(name: &str) -> std::path::PathBuf {
 /// the component's path.
 fn scaffold_and_build(dir: &Path) -> std::path::PathBuf {
     let krate = dir.join("team-selector");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The SDK of this checkout, named: a `kk-plugin` built from another checkout into a shared
+    // target directory would otherwise point at that one.
     ok(Command::new(kk_plugin())
         .args(["new", "instance-selector", "team-selector", "--dir"])
-        .arg(&krate));
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        .arg(&krate)
+        .arg("--sdk-path")
+        .arg(workspace.join("sdk")));
     std::fs::copy(workspace.join("Cargo.lock"), krate.join("Cargo.lock")).unwrap();
     ok(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
