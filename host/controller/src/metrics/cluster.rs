@@ -132,86 +132,127 @@ fn add_into(total: &mut BTreeMap<String, f64>, more: &BTreeMap<String, f64>) {
     }
 }
 
-/// The families this collector exports (name under the `karpenter` prefix, help).
-pub const FAMILIES: [(&str, &str); 16] = [
+/// What a family's series are read from; [`Scrape::encode`] matches on it, so every family
+/// in [`FAMILIES`] has its encoder.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// One node's resources: the index into [`NodeRow::resources`].
+    NodeResource(usize),
+    NodeLifetime,
+    Utilization,
+    NodeCount,
+    Synced,
+    UnsyncedTime,
+    Pool(PoolFamily),
+    PodState,
+    PodWait(PodWait),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PoolFamily {
+    Usage,
+    Limit,
+}
+
+/// What a pod is waiting for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PodWait {
+    /// To be bound to a node.
+    Unbound,
+    /// To run.
+    Unstarted,
+}
+
+/// The families this collector exports, in name order (name under the `karpenter` prefix,
+/// help); each name is written here only.
+pub(crate) const FAMILIES: [(Family, &str, &str); 16] = [
     (
-        "nodes_allocatable",
-        "Node allocatable are the resources allocatable by nodes.",
-    ),
-    (
-        "nodes_system_overhead",
-        "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status.",
-    ),
-    (
-        "nodes_total_pod_requests",
-        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
-    ),
-    (
-        "nodes_total_pod_limits",
-        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
-    ),
-    (
-        "nodes_total_daemon_requests",
-        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
-    ),
-    (
-        "nodes_total_daemon_limits",
-        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
-    ),
-    ("nodes_current_lifetime_seconds", "Node age in seconds"),
-    (
-        "cluster_utilization_percent",
-        "Utilization of allocatable resources by pod requests",
-    ),
-    (
+        Family::NodeCount,
         "cluster_state_node_count",
         "Current count of nodes in cluster state",
     ),
     (
+        Family::Synced,
         "cluster_state_synced",
         "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
     ),
     (
+        Family::UnsyncedTime,
         "cluster_state_unsynced_time_seconds",
         "The time for which cluster state is not synced",
     ),
     (
-        "nodepools_usage",
-        "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+        Family::Utilization,
+        "cluster_utilization_percent",
+        "Utilization of allocatable resources by pod requests",
     ),
     (
+        Family::Pool(PoolFamily::Limit),
         "nodepools_limit",
         "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
     ),
     (
+        Family::Pool(PoolFamily::Usage),
+        "nodepools_usage",
+        "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+    ),
+    (
+        Family::NodeResource(0),
+        "nodes_allocatable",
+        "Node allocatable are the resources allocatable by nodes.",
+    ),
+    (
+        Family::NodeLifetime,
+        "nodes_current_lifetime_seconds",
+        "Node age in seconds",
+    ),
+    (
+        Family::NodeResource(1),
+        "nodes_system_overhead",
+        "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status.",
+    ),
+    (
+        Family::NodeResource(5),
+        "nodes_total_daemon_limits",
+        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+    ),
+    (
+        Family::NodeResource(4),
+        "nodes_total_daemon_requests",
+        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+    ),
+    (
+        Family::NodeResource(3),
+        "nodes_total_pod_limits",
+        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
+    ),
+    (
+        Family::NodeResource(2),
+        "nodes_total_pod_requests",
+        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+    ),
+    (
+        Family::PodState,
         "pods_state",
         "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
     ),
     (
+        Family::PodWait(PodWait::Unbound),
         "pods_unbound_time_seconds",
         "The time from pod creation until the pod is bound.",
     ),
     (
+        Family::PodWait(PodWait::Unstarted),
         "pods_unstarted_time_seconds",
         "The time from pod creation until the pod is running.",
     ),
 ];
 
-/// The families of one node's resources (allocatable, overhead, pod and daemon requests and
-/// limits), in [`FAMILIES`] order.
-const NODE_RESOURCE_FAMILIES: [&str; 6] = [
-    "nodes_allocatable",
-    "nodes_system_overhead",
-    "nodes_total_pod_requests",
-    "nodes_total_pod_limits",
-    "nodes_total_daemon_requests",
-    "nodes_total_daemon_limits",
-];
-
 /// What one node's gauges read.
 struct NodeRow {
     labels: Labels,
-    /// Per [`NODE_RESOURCE_FAMILIES`] entry: the value by resource name.
+    /// Allocatable, overhead, pod requests and limits, DaemonSet requests and limits: the value
+    /// by resource name ([`Family::NodeResource`]).
     resources: [BTreeMap<String, f64>; 6],
     age: Option<f64>,
 }
@@ -226,7 +267,7 @@ struct Scrape {
     /// (resource_type, percent)
     utilization: Vec<(String, f64)>,
     /// (family, resource_type, nodepool, value)
-    pools: Vec<(&'static str, String, String, f64)>,
+    pools: Vec<(PoolFamily, String, String, f64)>,
     pods: Vec<Arc<Pod>>,
     now: jiff::Timestamp,
 }
@@ -332,7 +373,7 @@ impl ClusterGauges {
         for np in state.nodepools.state() {
             let usage = amounts(np.status.as_ref().map(|s| &s.resources));
             let limits = amounts(np.spec.limits.as_ref());
-            for (family, values) in [("nodepools_usage", usage), ("nodepools_limit", limits)] {
+            for (family, values) in [(PoolFamily::Usage, usage), (PoolFamily::Limit, limits)] {
                 for (resource, v) in values {
                     pools.push((family, resource_type(&resource), np.name_any(), v));
                 }
@@ -350,49 +391,50 @@ impl ClusterGauges {
 }
 
 impl Scrape {
-    /// Every series of family `name`.
-    fn encode(&self, name: &str, metric: &mut MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
-        if let Some(i) = NODE_RESOURCE_FAMILIES.iter().position(|f| *f == name) {
-            for node in &self.nodes {
-                for (resource, v) in &node.resources[i] {
-                    let mut labels = refs(&node.labels);
-                    let rt = resource_type(resource);
-                    labels.push(("resource_type", &rt));
-                    encode_gauge(metric, &labels, *v)?;
+    /// Every series of `family`.
+    fn encode(
+        &self,
+        family: Family,
+        metric: &mut MetricEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        match family {
+            Family::NodeResource(i) => {
+                for node in &self.nodes {
+                    for (resource, v) in &node.resources[i] {
+                        let mut labels = refs(&node.labels);
+                        let rt = resource_type(resource);
+                        labels.push(("resource_type", &rt));
+                        encode_gauge(metric, &labels, *v)?;
+                    }
                 }
             }
-            return Ok(());
-        }
-        match name {
-            "nodes_current_lifetime_seconds" => {
+            Family::NodeLifetime => {
                 for node in &self.nodes {
                     if let Some(age) = node.age {
                         encode_gauge(metric, &refs(&node.labels), age)?;
                     }
                 }
             }
-            "cluster_utilization_percent" => {
+            Family::Utilization => {
                 for (rt, percent) in &self.utilization {
                     encode_gauge(metric, &vec![("resource_type", rt.as_str())], *percent)?;
                 }
             }
-            "cluster_state_node_count" => {
-                encode_gauge(metric, &vec![], self.nodes.len() as f64)?;
-            }
-            "cluster_state_synced" => encode_gauge(metric, &vec![], 1.0)?,
-            "cluster_state_unsynced_time_seconds" => encode_gauge(metric, &vec![], 0.0)?,
-            "nodepools_usage" | "nodepools_limit" => {
-                for (_, rt, pool, v) in self.pools.iter().filter(|p| p.0 == name) {
+            Family::NodeCount => encode_gauge(metric, &vec![], self.nodes.len() as f64)?,
+            Family::Synced => encode_gauge(metric, &vec![], 1.0)?,
+            Family::UnsyncedTime => encode_gauge(metric, &vec![], 0.0)?,
+            Family::Pool(which) => {
+                for (_, rt, pool, v) in self.pools.iter().filter(|p| p.0 == which) {
                     let labels = vec![("resource_type", rt.as_str()), ("nodepool", pool.as_str())];
                     encode_gauge(metric, &labels, *v)?;
                 }
             }
-            "pods_state" => {
+            Family::PodState => {
                 for pod in &self.pods {
                     self.pod_state(metric, pod)?;
                 }
             }
-            "pods_unbound_time_seconds" | "pods_unstarted_time_seconds" => {
+            Family::PodWait(wait) => {
                 for pod in &self.pods {
                     let Some(created) = pod.metadata.creation_timestamp.as_ref() else {
                         continue;
@@ -400,13 +442,15 @@ impl Scrape {
                     if is_terminal(pod) {
                         continue;
                     }
-                    let waiting = if name == "pods_unbound_time_seconds" {
-                        pod.spec
+                    let waiting = match wait {
+                        PodWait::Unbound => pod
+                            .spec
                             .as_ref()
                             .and_then(|s| s.node_name.as_ref())
-                            .is_none()
-                    } else {
-                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running")
+                            .is_none(),
+                        PodWait::Unstarted => {
+                            pod.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running")
+                        }
                     };
                     if waiting {
                         let waited = self.now.duration_since(created.0).as_secs_f64().max(0.0);
@@ -418,7 +462,6 @@ impl Scrape {
                     }
                 }
             }
-            _ => {}
         }
         Ok(())
     }
@@ -481,13 +524,10 @@ fn bool_str(b: bool) -> &'static str {
 impl Collector for ClusterGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let scrape = self.gather();
-        // Families in name order, as they were when series were gathered into a sorted map.
-        let mut families = FAMILIES;
-        families.sort_unstable_by_key(|(name, _)| *name);
-        for (name, help) in families {
+        for (family, name, help) in FAMILIES {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             if let Some(scrape) = &scrape {
-                scrape.encode(name, &mut metric)?;
+                scrape.encode(family, &mut metric)?;
             }
         }
         Ok(())
@@ -498,6 +538,25 @@ impl Collector for ClusterGauges {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn families_are_named_once_in_name_order() {
+        let names: Vec<&str> = FAMILIES.iter().map(|(_, name, _)| *name).collect();
+        assert!(
+            names.is_sorted_by(|a, b| a < b),
+            "sorted, no repeats: {names:?}"
+        );
+        let resources: Vec<usize> = FAMILIES
+            .iter()
+            .filter_map(|(f, _, _)| match f {
+                Family::NodeResource(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        let mut sorted = resources.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2, 3, 4, 5], "each node resource once");
+    }
 
     #[test]
     fn label_names_follow_upstream() {

@@ -676,7 +676,7 @@ impl Metrics {
         families.extend(
             cluster::FAMILIES
                 .iter()
-                .map(|(name, _)| format!("karpenter_{name}")),
+                .map(|(_, name, _)| format!("karpenter_{name}")),
         );
         families.extend(
             [&m.nodes_termination_duration, &m.pods_startup_duration]
