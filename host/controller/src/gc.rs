@@ -6,7 +6,8 @@
 //!   whose tag does not verify are never touched.
 //! * **Duplicates**: an instance proved ours (tag, or only its create marker) for a NodeClaim
 //!   whose providerID names another instance: a create whose answer was lost, then a list that
-//!   lagged, made the launch create again. Deleted after the same grace period.
+//!   lagged, made the launch create again. Deleted after the same grace period, unless its Node
+//!   joined while the claim had none: the lifecycle adopts that one instead.
 //! * **Orphaned Nodes**: a Karpenter Node whose instance is gone is deleted (its finalizer too:
 //!   nothing is left to drain).
 //! * **NodeClaims whose instance vanished** (after registration; the lifecycle controller handles
@@ -115,7 +116,11 @@ impl Collector {
             });
             match (claim, launched_as) {
                 (None, _) => orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Orphan)),
-                (Some(_), Some(id)) if id != instance.id => {
+                // A duplicate whose Node joined before its claim registered is left to the
+                // lifecycle, which adopts it (see `lifecycle::registration`).
+                (Some(c), Some(id))
+                    if id != instance.id && !(unregistered(&c) && self.joined(&instance.id)) =>
+                {
                     orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Duplicate))
                 }
                 // Ours, or a claim still launching (it may yet adopt this instance).
@@ -196,6 +201,17 @@ impl Collector {
         }
     }
 
+    /// Whether a Node of instance `id` has joined.
+    fn joined(&self, id: &str) -> bool {
+        self.state.nodes.state().iter().any(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(parse_provider_id)
+                .is_some_and(|(_, node_id)| node_id == id)
+        })
+    }
+
     async fn collect_nodes(&self, live: &[&str]) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         for node in self.state.nodes.state() {
@@ -266,4 +282,9 @@ impl Collector {
         }
         Ok(())
     }
+}
+
+/// Whether `claim` has no Node yet.
+fn unregistered(claim: &NodeClaim) -> bool {
+    claim.status.as_ref().is_none_or(|s| s.node_name.is_none())
 }

@@ -110,16 +110,17 @@ pub async fn register_node(client: &kube::Client, booted: &BootedInstance) {
             ..Default::default()
         }),
     };
-    // Like a real kubelet, registration is retried: while a Node of the same name exists (a
-    // duplicate instance under the same name registered first and is being removed), and while
-    // the API server cannot be reached (it falls behind in the scale bench's ramp).
+    // Like a real kubelet, registration is retried while the API server cannot be reached (it
+    // falls behind in the scale bench's ramp), and a Node of the same name is adopted as it is
+    // (a duplicate instance of the same userdata joined first).
     let nodes = Api::<Node>::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => break,
-            Err(kube::Error::Api(s)) if s.code == 409 && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!(node = %name, instance = %booted.id, "a Node of this name exists: kubelet adopts it");
+                return;
             }
             Err(e) if transient(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_secs(1)).await;

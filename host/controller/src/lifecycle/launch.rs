@@ -28,7 +28,7 @@ impl LaunchCache {
         map.get(uid).map(|(instance, _)| instance.clone())
     }
 
-    fn insert(&self, uid: &str, instance: &Instance) {
+    pub(super) fn insert(&self, uid: &str, instance: &Instance) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.insert(uid.to_owned(), (instance.clone(), Instant::now()));
     }

@@ -1,7 +1,7 @@
 //! The NodeClaim lifecycle controller, one module per phase like upstream's
 //! `nodeclaim/lifecycle`: [`launch`] (instance, userdata, bootstrap token, ownership tag),
 //! [`registration`] (match the Node by providerID, sync labels and taints, drop the unregistered
-//! taint), [`initialization`] (startup taints gone, node Ready), [`liveness`] (claims that never
+//! taint; adopt a duplicate instance whose Node joined first), [`initialization`] (startup taints gone, node Ready), [`liveness`] (claims that never
 //! register, or whose instance failed, are deleted so their pods are provisioned again), and
 //! [`finalize`] for claims that never registered.
 //!
@@ -214,17 +214,18 @@ impl Lifecycle {
         let Some(pid) = nc.status.as_ref().and_then(|s| s.provider_id.clone()) else {
             return self.launch(nc).await;
         };
-        let node = self
-            .state
-            .nodes
-            .state()
-            .into_iter()
+        let nodes = self.state.nodes.state();
+        let node = nodes
+            .iter()
             .filter(|n| {
                 n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str())
             })
             .collect::<Vec<_>>();
         match node.as_slice() {
-            [] => self.await_registration(nc, &pid).await,
+            [] => match registration::joined_from_duplicate(nc, &pid, &nodes) {
+                Some(node) => self.adopt_duplicate(nc, &pid, node).await,
+                None => self.await_registration(nc, &pid).await,
+            },
             [node] => self.registered(nc, node).await,
             many => {
                 self.set_conditions(

@@ -2,6 +2,14 @@
 //! (labels, taints, finalizer, owner; the unregistered taint dropped), then the NodeClaim is
 //! `Initialized` once the Node is Ready and no startup or ephemeral taint is left
 //! (see [`super::initialization`]).
+//!
+//! A duplicate that joined first is adopted: a create whose answer was lost, then a list that
+//! lagged, leaves two instances under the claim's name, with one userdata and so one Node name.
+//! Whichever kubelet joins first holds that name (a later kubelet adopts the Node object, and
+//! kubeadm refuses to join beside a Ready Node of its name), so when the duplicate's Node joins
+//! first the NodeClaim takes the duplicate as its instance ([`joined_from_duplicate`]), and
+//! garbage collection removes the one launched. Only an instance whose ownership marker or tag
+//! verifies for this cluster and this NodeClaim, of the flavor and zone launched, is adopted.
 
 use super::*;
 
@@ -61,6 +69,26 @@ pub(super) fn registration_patch(nc: &NodeClaim, node: &Node) -> serde_json::Val
     })
 }
 
+/// A Node that joined for `nc` from another instance than `pid` names: it carries the
+/// NodeClaim's label, a providerID of its own, and was never synced.
+pub(super) fn joined_from_duplicate<'n>(
+    nc: &NodeClaim,
+    pid: &str,
+    nodes: &'n [Arc<Node>],
+) -> Option<&'n Node> {
+    let name = nc.name_any();
+    nodes
+        .iter()
+        .filter(|n| n.labels().get(label::NODECLAIM) == Some(&name) && !is_synced(n))
+        .find(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p != pid && parse_provider_id(p).is_some())
+        })
+        .map(AsRef::as_ref)
+}
+
 /// Whether the Node was synced already (it carries `karpenter.sh/registered`).
 fn is_synced(node: &Node) -> bool {
     node.labels()
@@ -76,6 +104,69 @@ pub(super) fn needs_sync(nc: &NodeClaim, node: &Node) -> bool {
 }
 
 impl Lifecycle {
+    /// `node` joined for `nc` from a duplicate instance (see the module docs): the NodeClaim
+    /// takes that instance when it is provably this claim's and launched alike; otherwise it
+    /// waits for its own instance's Node as before.
+    pub(super) async fn adopt_duplicate(
+        &self,
+        nc: &NodeClaim,
+        pid: &str,
+        node: &Node,
+    ) -> Result<Action, LifecycleError> {
+        let name = nc.name_any();
+        let joined = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+        let Some((zone, id)) = joined.as_deref().and_then(parse_provider_id) else {
+            return self.await_registration(nc, pid).await;
+        };
+        let instance = match self.cloud.instances().get(id).await {
+            Ok(i) if i.status != Some(InstanceStatus::Deleted) => i,
+            Ok(_) | Err(kakaocloud::Error::NotFound { .. }) => {
+                return self.await_registration(nc, pid).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let owner = self.keyring.current().owner(
+            instance.description.as_deref().unwrap_or(""),
+            instance.name.as_deref().unwrap_or(""),
+            &self.settings.cluster_name,
+            &instance.id,
+        );
+        let flavor = instance
+            .flavor
+            .as_ref()
+            .and_then(|f| f.name.as_deref())
+            .or(instance.instance_type.as_deref());
+        let alike = flavor == nc.labels().get(label::INSTANCE_TYPE).map(String::as_str)
+            && Some(zone) == nc.labels().get(label::ZONE).map(String::as_str);
+        if !owner.is_ok_and(|o| o.nodeclaim == name) || !alike {
+            tracing::warn!(NodeClaim = %name, node = %node.name_any(), instance = %id,
+                "a Node joined under this NodeClaim's name from an instance it cannot adopt");
+            return self.await_registration(nc, pid).await;
+        }
+        self.ensure_tagged(&name, &instance).await?;
+        self.launches
+            .insert(&nc.uid().unwrap_or_default(), &instance);
+        let launched = parse_provider_id(pid).map_or(pid, |(_, id)| id);
+        tracing::info!(NodeClaim = %name, instance = %id, replaces = %launched,
+            "adopted the duplicate instance whose Node joined first");
+        self.event(
+            nc,
+            EventType::Normal,
+            "DuplicateAdopted",
+            format!(
+                "instance {id} (a duplicate from a lost create answer) joined first as Node {}; \
+                 it replaces instance {launched}, which garbage collection removes",
+                node.name_any()
+            ),
+        );
+        let mut status = json!({ "providerID": joined });
+        if let Some(image) = instance.image.as_ref() {
+            status["imageID"] = json!(image.id);
+        }
+        self.set_conditions(nc, &[], Some(status)).await?;
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
     /// The Node of `nc` exists: sync it once, then follow its initialization.
     pub(super) async fn registered(
         &self,
@@ -224,6 +315,48 @@ pub(super) mod tests {
         assert!(
             !needs_sync(&nc, &fresh),
             "a Registered claim is not synced again from a Node read before its sync"
+        );
+    }
+
+    #[test]
+    fn only_an_unsynced_node_of_this_claim_from_another_instance_is_a_joined_duplicate() {
+        let nc = claim(json!([]), json!([]));
+        let pid = "kakaocloud:///kr-central-2-a/launched";
+        let joined = |name: &str, claim: &str, provider: &str, synced: bool| {
+            let mut labels = json!({label::NODECLAIM: claim});
+            if synced {
+                labels[label::REGISTERED] = json!("true");
+            }
+            let mut n = node(json!([]), json!({"name": name, "labels": labels}));
+            n.spec.get_or_insert_default().provider_id = Some(provider.to_owned());
+            Arc::new(n)
+        };
+        let nodes = vec![
+            joined("own", "default-x1", pid, false),
+            joined(
+                "other-claim",
+                "default-x2",
+                "kakaocloud:///kr-central-2-a/b",
+                false,
+            ),
+            joined(
+                "synced",
+                "default-x1",
+                "kakaocloud:///kr-central-2-a/c",
+                true,
+            ),
+        ];
+        assert!(joined_from_duplicate(&nc, pid, &nodes).is_none());
+        let mut with_dup = nodes.clone();
+        with_dup.push(joined(
+            "dup",
+            "default-x1",
+            "kakaocloud:///kr-central-2-a/d",
+            false,
+        ));
+        assert_eq!(
+            joined_from_duplicate(&nc, pid, &with_dup).map(|n| n.name_any()),
+            Some("dup".to_owned())
         );
     }
 
