@@ -59,11 +59,15 @@ pub const MOVE_MEMORY: Duration = Duration::from_secs(10 * 60);
 /// How long consolidation then leaves that controller's pods where they are.
 pub const REVERTED_HOLD: Duration = Duration::from_secs(30 * 60);
 
+/// Clock skew allowed between the API server (pod creation times) and this process (move
+/// times) when the churn guard asks whether a pod was created after a move.
+const MOVE_CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+
 /// Consolidation's ledger of moved pods' controllers, and the ones held after a reverted move.
 #[derive(Default)]
 struct Moves {
-    /// Controller UID -> (NodePool of the disrupted node, when).
-    moved: HashMap<String, (String, Instant)>,
+    /// Controller UID -> (NodePool of the disrupted node, when, and when by the wall clock).
+    moved: HashMap<String, (String, Instant, jiff::Timestamp)>,
     /// Controller UID -> when the hold ends.
     held: HashMap<String, Instant>,
 }
@@ -538,22 +542,29 @@ impl ClusterState {
     /// Consolidation is moving the pods of these controllers off a node of `pool`.
     pub fn record_moves(&self, pool: &str, owners: impl IntoIterator<Item = String>) {
         let mut m = self.moves();
-        m.moved.retain(|_, (_, at)| at.elapsed() < MOVE_MEMORY);
-        let now = Instant::now();
+        m.moved.retain(|_, (_, at, _)| at.elapsed() < MOVE_MEMORY);
+        let (now, wall) = (Instant::now(), jiff::Timestamp::now());
         for owner in owners {
-            m.moved.insert(owner, (pool.to_owned(), now));
+            m.moved.insert(owner, (pool.to_owned(), now, wall));
         }
     }
 
-    /// A pod of controller `owner` needs a new NodeClaim. If consolidation moved that
-    /// controller's pods within [`MOVE_MEMORY`], the move was wrong: the controller is held for
-    /// [`REVERTED_HOLD`] and the disrupted node's NodePool is returned (once per move).
-    pub fn revert_move(&self, owner: &str) -> Option<String> {
+    /// A pod of controller `owner`, created at `created`, needs a new NodeClaim. If
+    /// consolidation moved that controller's pods within [`MOVE_MEMORY`] and the pod was created
+    /// after the move (an evicted pod's replacement), the move was wrong: the controller is held
+    /// for [`REVERTED_HOLD`] and the disrupted node's NodePool is returned (once per move). A
+    /// pod pending since before the move (a scale-out's straggler) says nothing about it.
+    pub fn revert_move(&self, owner: &str, created: Option<jiff::Timestamp>) -> Option<String> {
         let mut m = self.moves();
-        let (pool, at) = m.moved.remove(owner)?;
+        let (_, at, wall) = m.moved.get(owner)?;
         if at.elapsed() >= MOVE_MEMORY {
+            m.moved.remove(owner);
             return None;
         }
+        if created.is_some_and(|c| c < *wall - MOVE_CLOCK_SKEW) {
+            return None;
+        }
+        let (pool, _, _) = m.moved.remove(owner)?;
         m.held
             .insert(owner.to_owned(), Instant::now() + REVERTED_HOLD);
         Some(pool)
@@ -750,11 +761,25 @@ mod tests {
     #[test]
     fn a_moved_controller_that_needs_new_capacity_is_held_once() {
         let state = ClusterState::for_test(Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        assert_eq!(state.revert_move("rs-1"), None, "never moved");
+        let now = jiff::Timestamp::now;
+        assert_eq!(state.revert_move("rs-1", Some(now())), None, "never moved");
+        let before = now() - jiff::SignedDuration::from_secs(60);
         state.record_moves("pool-a", ["rs-1".to_owned(), "rs-2".to_owned()]);
         assert!(state.held_owners().is_empty(), "moving alone holds nothing");
-        assert_eq!(state.revert_move("rs-1").as_deref(), Some("pool-a"));
-        assert_eq!(state.revert_move("rs-1"), None, "reported once per move");
+        assert_eq!(
+            state.revert_move("rs-1", Some(before)),
+            None,
+            "a pod pending since before the move is not its consequence"
+        );
+        assert_eq!(
+            state.revert_move("rs-1", Some(now())).as_deref(),
+            Some("pool-a")
+        );
+        assert_eq!(
+            state.revert_move("rs-1", Some(now())),
+            None,
+            "reported once per move"
+        );
         assert_eq!(
             state.held_owners(),
             HashSet::from(["rs-1".to_owned()]),

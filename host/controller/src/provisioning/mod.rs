@@ -544,8 +544,8 @@ impl Provisioner {
         );
     }
 
-    /// The churn guard: pods that need a new NodeClaim although consolidation just moved their
-    /// controller's pods show the move was wrong. Their controllers are held (consolidation
+    /// The churn guard: pods created after consolidation moved their controller's pods that
+    /// need a new NodeClaim show the move was wrong. Their controllers are held (consolidation
     /// leaves them alone, see [`ClusterState::revert_move`]), once per move, with an Event on the
     /// disrupted node's NodePool and a count.
     fn guard_churn<'p>(&self, pods: impl Iterator<Item = &'p Pod>, pools: &[Arc<NodePool>]) {
@@ -558,7 +558,8 @@ impl Provisioner {
             else {
                 continue;
             };
-            if let Some(pool) = self.state.revert_move(&owner.uid) {
+            let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            if let Some(pool) = self.state.revert_move(&owner.uid, created) {
                 let ns = pod.namespace().unwrap_or_default();
                 reverted
                     .entry(pool)
