@@ -122,7 +122,26 @@ fn pool_state(pool: &NodePool, classes: &[Arc<KCNodeClass>]) -> PoolState {
     state.labels = input.labels;
     state.taints = input.taints;
     state.startup_taints = input.startup_taints;
+    state.at_limit = at_limit(pool);
     state
+}
+
+/// Whether the pool's usage (its status) has reached one of its limits.
+fn at_limit(pool: &NodePool) -> bool {
+    let Some(limits) = pool.spec.limits.as_ref() else {
+        return false;
+    };
+    let usage = pool.status.as_ref().map(|s| &s.resources);
+    limits.iter().any(|(key, limit)| {
+        let used = usage.and_then(|u| u.get(key));
+        match (
+            used.and_then(|q| resources::parse_milli(&q.0)),
+            resources::parse_milli(&limit.0),
+        ) {
+            (Some(used), Some(limit)) => used >= limit,
+            _ => false,
+        }
+    })
 }
 
 fn condition_true(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
@@ -487,6 +506,32 @@ mod tests {
             "status": {"phase": "Running"}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_pool_is_at_its_limit_when_its_usage_reaches_any_of_them() {
+        let pool = |limits: serde_json::Value, usage: serde_json::Value| -> NodePool {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {
+                    "template": {"spec": {
+                        "nodeClassRef": {"group": "karpenter.kakaocloud.com", "kind": "KCNodeClass", "name": "c"},
+                        "requirements": []
+                    }},
+                    "limits": limits
+                },
+                "status": {"resources": usage}
+            }))
+            .unwrap()
+        };
+        let usage = json!({"cpu": "16", "memory": "64Gi"});
+        assert!(!at_limit(&pool(json!({"cpu": "32"}), usage.clone())));
+        assert!(at_limit(&pool(
+            json!({"cpu": "32", "memory": "64Gi"}),
+            usage.clone()
+        )));
+        assert!(at_limit(&pool(json!({"cpu": "16000m"}), usage.clone())));
+        assert!(!at_limit(&pool(json!({}), usage)));
     }
 
     fn kept(pods: &[Pod], nodes: &[Node], who: &str) -> Vec<(String, String)> {

@@ -110,6 +110,9 @@ pub struct PoolState {
     /// A static NodePool (`replicas`): never consolidated; its drifted and expired nodes are
     /// deleted without a replacement, and the static controller brings the count back.
     pub is_static: bool,
+    /// The pool's usage has reached one of its `spec.limits`: it launches no more nodes, so a
+    /// pending pod only it could hold waits on the limit, not on new capacity.
+    pub at_limit: bool,
 }
 
 impl PoolState {
@@ -129,6 +132,7 @@ impl PoolState {
             taints: Vec::new(),
             startup_taints: Vec::new(),
             is_static: false,
+            at_limit: false,
         }
     }
 

@@ -773,7 +773,8 @@ pub fn plan_with(
             ..Plan::default()
         };
     }
-    if !consolidate {
+    // Consolidation waits while pending pods need new nodes, as upstream's does.
+    if !consolidate || sim.pending_needing_capacity() > 0 {
         return Plan {
             forceful,
             budget_blocked,

@@ -206,6 +206,36 @@ fn underutilized_nodes_are_packed_and_the_price_falls() {
 }
 
 #[test]
+fn consolidation_waits_while_pending_pods_need_a_new_node() {
+    let packable = || {
+        (0..4)
+            .map(|i| node(&format!("n{i}"), "m2a.xlarge", 4000, 200_000, &[1000, 500]))
+            .collect::<Vec<_>>()
+    };
+    let pending = |cpu: u64| PodState::new("default", "pending", Resources::new(cpu, GI / 2, 1));
+    // 3 cpu fits on no node (2.5 free on each) but on a new one: the nodes stay.
+    let mut s = snapshot(packable());
+    s.pending_pods = vec![pending(3000)];
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+    // Once a NodeClaim for it is launching, consolidation goes on.
+    let mut launching = node("launching", "m2a.xlarge", 4000, 200_000, &[]);
+    launching.initialized = false;
+    s.nodes.push(launching);
+    let cmd = plan(&s, &SavingsPerDisruption)
+        .graceful
+        .expect("consolidation");
+    assert!(!cmd.node_names(&s).contains(&"launching"), "{cmd:?}");
+    // A pod no instance type holds, or only a pool at its limits could, waits on no one.
+    let mut s = snapshot(packable());
+    s.pending_pods = vec![pending(64_000)];
+    assert!(plan(&s, &SavingsPerDisruption).graceful.is_some());
+    s.pending_pods = vec![pending(3000)];
+    s.pools[0].at_limit = true;
+    assert!(plan(&s, &SavingsPerDisruption).graceful.is_some());
+}
+
+#[test]
 fn a_node_is_replaced_by_a_cheaper_one_when_its_pods_fit_nowhere_else() {
     // One 2xlarge running 1.5 cpu, next to a full node: replace with a large.
     let s = snapshot(vec![

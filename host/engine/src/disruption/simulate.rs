@@ -102,6 +102,8 @@ pub struct Simulator<'a> {
     excluded: Vec<bool>,
     undo: Vec<(usize, Resources)>,
     scratch: Vec<Mover>,
+    /// Pending pods no node or in-flight NodeClaim has room for and a new node could hold.
+    pending_needing_capacity: usize,
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
@@ -387,14 +389,19 @@ impl<'a> Simulator<'a> {
             excluded: vec![false; n],
             undo: Vec::new(),
             scratch: Vec::new(),
+            pending_needing_capacity: 0,
         };
-        // Pending pods claim room first (upstream simulates them with the candidates' pods); the
-        // ones that fit nowhere are for provisioning to handle.
+        // Pending pods claim room first (upstream simulates them with the candidates' pods):
+        // on a node that can take them now, else on one still launching. Those that fit nowhere
+        // but on a new node are provisioning's to place; they are counted, see
+        // [`Simulator::pending_needing_capacity`].
         let mut pending = pending;
         pending.sort_by(bigger_first);
         for p in pending {
-            if let Some(i) = sim.first_fit(&p) {
-                sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests);
+            match sim.first_fit(&p).or_else(|| sim.launching_fit(&p)) {
+                Some(i) => sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests),
+                None if sim.new_node_fits(&p) => sim.pending_needing_capacity += 1,
+                None => {}
             }
         }
         sim.undo.clear();
@@ -463,6 +470,38 @@ impl<'a> Simulator<'a> {
                         .all(|r| requirement_matches(&r.requirement, &o.labels))
             })
             .map(|(oi, o)| (oi, o.price_micros))
+    }
+
+    /// Pending pods that need a new node (no node or in-flight NodeClaim has room for them, and
+    /// a pool below its limits has an instance type that holds them). Upstream simulates them
+    /// with every consolidation, where the new NodeClaims they need turn a delete into no
+    /// action: capacity is not taken away while provisioning is adding some.
+    pub fn pending_needing_capacity(&self) -> usize {
+        self.pending_needing_capacity
+    }
+
+    /// A node still launching or initializing (not leaving) with room for `m`.
+    fn launching_fit(&self, m: &Mover) -> Option<usize> {
+        let compat = &self.compat[m.class as usize];
+        self.snapshot
+            .nodes
+            .iter()
+            .enumerate()
+            .find_map(|(i, node)| {
+                (!node.initialized
+                    && !node.deleting
+                    && compat[i]
+                    && m.requests.fits_in(&self.headroom[i]))
+                .then_some(i)
+            })
+    }
+
+    /// Whether one new node of a pool below its limits would hold `m`.
+    fn new_node_fits(&self, m: &Mover) -> bool {
+        let compat = &self.option_compat[m.class as usize];
+        self.options.iter().zip(compat).any(|(o, &fits)| {
+            fits && !self.snapshot.pools[o.pool].at_limit && m.requests.fits_in(&o.allocatable)
+        })
     }
 
     fn first_fit(&self, m: &Mover) -> Option<usize> {
