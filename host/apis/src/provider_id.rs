@@ -14,6 +14,14 @@ pub fn parse_provider_id(provider_id: &str) -> Option<(&str, &str)> {
     (!zone.is_empty() && !id.is_empty() && !id.contains('/')).then_some((zone, id))
 }
 
+/// `(zone, instance id)` of the instance `node` runs on, from its `spec.providerID`.
+pub fn node_instance(node: &k8s_openapi::api::core::v1::Node) -> Option<(&str, &str)> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(parse_provider_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

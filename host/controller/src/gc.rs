@@ -28,7 +28,7 @@ use crate::state::ClusterState;
 use kakaocloud::ownership::KeyringHandle;
 use kakaocloud::{self, InstanceFilter, api::InstanceStatus};
 use kk_apis::crd::NodeClaim;
-use kk_apis::provider_id::parse_provider_id;
+use kk_apis::provider_id::node_instance;
 
 /// Why an instance of ours is collected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,19 +107,16 @@ impl Collector {
                 Some(c) => Some(c),
                 None => claims.get_opt(&owner.nodeclaim).await?.map(Arc::new),
             };
-            let launched_as = claim.as_ref().and_then(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .and_then(parse_provider_id)
-                    .map(|(_, id)| id.to_owned())
-            });
+            let launched_as = claim
+                .as_ref()
+                .and_then(|c| c.instance())
+                .map(|(_, id)| id.to_owned());
             match (claim, launched_as) {
                 (None, _) => orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Orphan)),
                 // A duplicate whose Node joined before its claim registered is left to the
                 // lifecycle, which adopts it (see `lifecycle::registration`).
                 (Some(c), Some(id))
-                    if id != instance.id && !(unregistered(&c) && self.joined(&instance.id)) =>
+                    if id != instance.id && (c.is_registered() || !self.joined(&instance.id)) =>
                 {
                     orphans.push((instance.id.clone(), owner.nodeclaim, Leak::Duplicate))
                 }
@@ -203,13 +200,11 @@ impl Collector {
 
     /// Whether a Node of instance `id` has joined.
     fn joined(&self, id: &str) -> bool {
-        self.state.nodes.state().iter().any(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(parse_provider_id)
-                .is_some_and(|(_, node_id)| node_id == id)
-        })
+        self.state
+            .nodes
+            .state()
+            .iter()
+            .any(|n| node_instance(n).is_some_and(|(_, node_id)| node_id == id))
     }
 
     async fn collect_nodes(&self, live: &[&str]) -> anyhow::Result<()> {
@@ -218,12 +213,7 @@ impl Collector {
             if !node.labels().contains_key(label::NODEPOOL) {
                 continue;
             }
-            let Some((_, id)) = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(parse_provider_id)
-            else {
+            let Some((_, id)) = node_instance(&node) else {
                 continue;
             };
             if !self.gone(id, live).await {
@@ -255,16 +245,10 @@ impl Collector {
     async fn collect_claims(&self, live: &[&str]) -> anyhow::Result<()> {
         let claims: Api<NodeClaim> = Api::all(self.client.clone());
         for claim in self.state.nodeclaims.state() {
-            let registered = claim.status.as_ref().is_some_and(|s| s.node_name.is_some());
-            if !registered || claim.metadata.deletion_timestamp.is_some() {
+            if !claim.is_registered() || claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let Some((_, id)) = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(parse_provider_id)
-            else {
+            let Some((_, id)) = claim.instance() else {
                 continue;
             };
             if !self.gone(id, live).await {
@@ -282,9 +266,4 @@ impl Collector {
         }
         Ok(())
     }
-}
-
-/// Whether `claim` has no Node yet.
-fn unregistered(claim: &NodeClaim) -> bool {
-    claim.status.as_ref().is_none_or(|s| s.node_name.is_none())
 }

@@ -116,6 +116,19 @@ impl NodeClaim {
             .as_ref()
             .map_or(&[], |s| s.conditions.as_slice())
     }
+
+    /// Whether a Node has registered for it (`status.nodeName` is set).
+    pub fn is_registered(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| s.node_name.is_some())
+    }
+
+    /// `(zone, instance id)` of its launched instance, from `status.providerID`.
+    pub fn instance(&self) -> Option<(&str, &str)> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(crate::provider_id::parse_provider_id)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

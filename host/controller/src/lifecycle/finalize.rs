@@ -22,16 +22,10 @@ pub(super) enum Finalization {
 
 pub(super) fn finalization(nc: &NodeClaim) -> Finalization {
     let held = nc.finalizers().iter().any(|f| f == finalizer::TERMINATION);
-    let registered = nc.status.as_ref().is_some_and(|s| s.node_name.is_some());
-    if !held || registered {
+    if !held || nc.is_registered() {
         return Finalization::NotOurs;
     }
-    match nc
-        .status
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .and_then(parse_provider_id)
-    {
+    match nc.instance() {
         Some((_, id)) => Finalization::Instance(id.to_owned()),
         None => Finalization::ByName,
     }

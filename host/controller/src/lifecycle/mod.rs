@@ -1,9 +1,10 @@
 //! The NodeClaim lifecycle controller, one module per phase like upstream's
 //! `nodeclaim/lifecycle`: [`launch`] (instance, userdata, bootstrap token, ownership tag),
 //! [`registration`] (match the Node by providerID, sync labels and taints, drop the unregistered
-//! taint; adopt a duplicate instance whose Node joined first), [`initialization`] (startup taints gone, node Ready), [`liveness`] (claims that never
-//! register, or whose instance failed, are deleted so their pods are provisioned again), and
-//! [`finalize`] for claims that never registered.
+//! taint; adopt a duplicate instance whose Node joined first), [`initialization`] (startup
+//! taints gone, node Ready), [`liveness`] (claims that never register, or whose instance failed,
+//! are deleted so their pods are provisioned again), and [`finalize`] for claims that never
+//! registered.
 //!
 //! Restart safety: the instance name is a pure function of (cluster, NodeClaim), and launch
 //! looks the name up before creating, so a controller killed between "create" and "status

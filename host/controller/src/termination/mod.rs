@@ -36,7 +36,6 @@ use kakaocloud::{self, DeleteOwnedError};
 use kk_apis::crd::NodeClaim;
 use kk_apis::crd::conditions::{DesiredCondition, is_true};
 use kk_apis::pod::pdb_blocked;
-use kk_apis::provider_id::parse_provider_id;
 use tracing::instrument;
 
 /// How long one eviction call may take (the client retries 429s internally).
@@ -457,12 +456,7 @@ impl Terminator {
     /// Deletes the NodeClaim's instance if its tag verifies; `false` to ask again later (until
     /// the instance is gone).
     async fn delete_instance(&self, nc: &NodeClaim) -> Result<bool, Error> {
-        let Some((_, id)) = nc
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(parse_provider_id)
-        else {
+        let Some((_, id)) = nc.instance() else {
             return Ok(true);
         };
         let keyring = self.keyring.current();

@@ -482,18 +482,8 @@ impl<'a> Simulator<'a> {
 
     /// A node still launching or initializing (not leaving) with room for `m`.
     fn launching_fit(&self, m: &Mover) -> Option<usize> {
-        let compat = &self.compat[m.class as usize];
-        self.snapshot
-            .nodes
-            .iter()
-            .enumerate()
-            .find_map(|(i, node)| {
-                (!node.initialized
-                    && !node.deleting
-                    && compat[i]
-                    && m.requests.fits_in(&self.headroom[i]))
-                .then_some(i)
-            })
+        let nodes = &self.snapshot.nodes;
+        self.fit_where(m, |i| !nodes[i].initialized && !nodes[i].deleting)
     }
 
     /// Whether one new node of a pool below its limits would hold `m`.
@@ -505,13 +495,14 @@ impl<'a> Simulator<'a> {
     }
 
     fn first_fit(&self, m: &Mover) -> Option<usize> {
+        self.fit_where(m, |i| self.destination[i] && !self.excluded[i])
+    }
+
+    /// The first node `admit` allows that takes `m`'s class and has room for it.
+    fn fit_where(&self, m: &Mover, admit: impl Fn(usize) -> bool) -> Option<usize> {
         let compat = &self.compat[m.class as usize];
-        (0..self.headroom.len()).find(|&i| {
-            self.destination[i]
-                && !self.excluded[i]
-                && compat[i]
-                && m.requests.fits_in(&self.headroom[i])
-        })
+        (0..self.headroom.len())
+            .find(|&i| admit(i) && compat[i] && m.requests.fits_in(&self.headroom[i]))
     }
 
     /// The pods of `nodes` that do not fit on the remaining nodes (first-fit decreasing), and the
