@@ -56,8 +56,14 @@ pub const NOMINATION_TTL: Duration = Duration::from_secs(20);
 /// new NodeClaim within this window means the move was wrong (the churn guard).
 pub const MOVE_MEMORY: Duration = Duration::from_secs(10 * 60);
 
-/// How long consolidation then leaves that controller's pods where they are.
-pub const REVERTED_HOLD: Duration = Duration::from_secs(30 * 60);
+/// How long consolidation then leaves that controller's pods where they are: the first time.
+/// Each further revert of the same controller doubles it, up to [`MAX_REVERTED_HOLD`]. A
+/// short first hold lets a scale-in go on once the cluster has changed around the wrong move;
+/// a workload the simulation keeps misjudging is left alone longer.
+pub const REVERTED_HOLD: Duration = Duration::from_secs(5 * 60);
+
+/// The longest hold, and how long a controller's earlier reverts are remembered after its last.
+pub const MAX_REVERTED_HOLD: Duration = Duration::from_secs(30 * 60);
 
 /// Clock skew allowed between the API server (pod creation times) and this process (move
 /// times) when the churn guard asks whether a pod was created after a move.
@@ -70,6 +76,16 @@ struct Moves {
     moved: HashMap<String, (String, Instant, jiff::Timestamp)>,
     /// Controller UID -> when the hold ends.
     held: HashMap<String, Instant>,
+    /// Controller UID -> how many of its moves were reverted, and when the last was.
+    reverts: HashMap<String, (u32, Instant)>,
+}
+
+/// The hold after a controller's `n`th revert (from 1): [`REVERTED_HOLD`] doubled each time,
+/// at most [`MAX_REVERTED_HOLD`].
+fn hold_after(n: u32) -> Duration {
+    REVERTED_HOLD
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(MAX_REVERTED_HOLD)
 }
 
 /// The event feeds a controller is driven by: the shared watches' objects as they change.
@@ -552,9 +568,14 @@ impl ClusterState {
     /// A pod of controller `owner`, created at `created`, needs a new NodeClaim. If
     /// consolidation moved that controller's pods within [`MOVE_MEMORY`] and the pod was created
     /// after the move (an evicted pod's replacement), the move was wrong: the controller is held
-    /// for [`REVERTED_HOLD`] and the disrupted node's NodePool is returned (once per move). A
+    /// (see [`hold_after`]); the disrupted node's NodePool and the hold are returned (once per
+    /// move). A
     /// pod pending since before the move (a scale-out's straggler) says nothing about it.
-    pub fn revert_move(&self, owner: &str, created: Option<jiff::Timestamp>) -> Option<String> {
+    pub fn revert_move(
+        &self,
+        owner: &str,
+        created: Option<jiff::Timestamp>,
+    ) -> Option<(String, Duration)> {
         let mut m = self.moves();
         let (_, at, wall) = m.moved.get(owner)?;
         if at.elapsed() >= MOVE_MEMORY {
@@ -565,9 +586,14 @@ impl ClusterState {
             return None;
         }
         let (pool, _, _) = m.moved.remove(owner)?;
-        m.held
-            .insert(owner.to_owned(), Instant::now() + REVERTED_HOLD);
-        Some(pool)
+        let now = Instant::now();
+        m.reverts
+            .retain(|_, (_, last)| now.duration_since(*last) < MAX_REVERTED_HOLD);
+        let strikes = m.reverts.entry(owner.to_owned()).or_insert((0, now));
+        *strikes = (strikes.0 + 1, now);
+        let hold = hold_after(strikes.0);
+        m.held.insert(owner.to_owned(), now + hold);
+        Some((pool, hold))
     }
 
     /// Controllers whose pods consolidation leaves alone now.
@@ -772,8 +798,8 @@ mod tests {
             "a pod pending since before the move is not its consequence"
         );
         assert_eq!(
-            state.revert_move("rs-1", Some(now())).as_deref(),
-            Some("pool-a")
+            state.revert_move("rs-1", Some(now())),
+            Some(("pool-a".to_owned(), REVERTED_HOLD))
         );
         assert_eq!(
             state.revert_move("rs-1", Some(now())),
@@ -785,6 +811,24 @@ mod tests {
             HashSet::from(["rs-1".to_owned()]),
             "rs-2's pods found room"
         );
+        // A second wrong move of rs-1 holds it twice as long.
+        state.record_moves("pool-a", ["rs-1".to_owned()]);
+        assert_eq!(
+            state.revert_move("rs-1", Some(now())),
+            Some(("pool-a".to_owned(), 2 * REVERTED_HOLD))
+        );
+        let until = state.moves().held["rs-1"];
+        let left = until.duration_since(std::time::Instant::now());
+        assert!(
+            left > REVERTED_HOLD && left <= 2 * REVERTED_HOLD,
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn the_hold_doubles_with_each_revert_up_to_its_cap() {
+        let minutes = |n| hold_after(n).as_secs() / 60;
+        assert_eq!([1, 2, 3, 4, 40].map(minutes), [5, 10, 20, 30, 30]);
     }
 
     fn node(name: &str, provider_id: &str) -> Node {

@@ -559,20 +559,22 @@ impl Provisioner {
                 continue;
             };
             let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            if let Some(pool) = self.state.revert_move(&owner.uid, created) {
+            if let Some((pool, hold)) = self.state.revert_move(&owner.uid, created) {
                 let ns = pod.namespace().unwrap_or_default();
-                reverted
-                    .entry(pool)
-                    .or_default()
-                    .push(format!("{}/{}/{}", owner.kind, ns, owner.name));
+                reverted.entry(pool).or_default().push(format!(
+                    "{}/{}/{} ({} min)",
+                    owner.kind,
+                    ns,
+                    owner.name,
+                    hold.as_secs() / 60
+                ));
             }
         }
         for (pool, owners) in reverted {
             let note = format!(
                 "consolidation moved pods of {} and they needed new capacity; their pods are left \
-                 where they are for {} min",
+                 where they are for the minutes given",
                 owners.join(", "),
-                crate::state::REVERTED_HOLD.as_secs() / 60
             );
             tracing::warn!(NodePool = %pool, owners = ?owners, "consolidation reverted");
             self.metrics

@@ -958,9 +958,11 @@ async fn blocked_node_receives_pods(blocker: &str) {
         event.regarding.as_ref().and_then(|r| r.name.as_deref()),
         Some("dest")
     );
+    let note = event.note.as_deref().unwrap_or("");
+    assert!(note.contains("ReplicaSet/"), "{event:?}");
     assert!(
-        event.note.as_deref().unwrap_or("").contains("ReplicaSet/"),
-        "{event:?}"
+        note.contains("(5 min)"),
+        "a first revert holds 5 minutes: {event:?}"
     );
     let counted = env.metrics_text().lines().any(|l| {
         l.starts_with("karpenter_kakaocloud_consolidation_reverted_total{nodepool=\"dest\"} ")

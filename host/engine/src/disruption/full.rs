@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kk_apis::ResourceExt;
 use kk_apis::pod::{required_anti_affinity, selects};
 
-use super::model::ClusterSnapshot;
+use super::model::{ClusterSnapshot, PodState};
 use crate::scheduling::{
     CheapestFitRanker, ExistingNode, NodeClaimDraft, NodePoolInput, Resources, Scheduler,
     SchedulerOptions, SchedulingProblem,
@@ -90,6 +90,9 @@ pub struct FullCheck {
     destinations: Vec<Destination>,
     kinds: Vec<Kind>,
     pools: Vec<NodePoolInput>,
+    /// Pending pods (and pods of leaving nodes) the fast check gave room on a destination:
+    /// every solve places them with the movers, from that room.
+    claimants: Vec<Arc<Pod>>,
     cache: HashMap<Vec<usize>, Rc<Solved>>,
     spent: Duration,
 }
@@ -188,13 +191,25 @@ fn sorted(nodes: &[usize]) -> Vec<usize> {
 
 impl FullCheck {
     /// `destination[i]`, `labels[i]` and `headroom[i]` are the simulator's for snapshot node `i`
-    /// (the headroom is net of every pod on it and of the pending pods placed first).
+    /// (the headroom is net of every pod on it and of the pending pods placed first);
+    /// `claimed` says which pending pods it placed on which node.
     pub fn new(
         snapshot: &ClusterSnapshot,
         destination: &[bool],
         labels: &[BTreeMap<String, String>],
         headroom: &[Resources],
+        claimed: &[(usize, &PodState)],
     ) -> Self {
+        // A claimant with its object is solved, so its room goes back to its node; one without
+        // (hand-built snapshots) keeps its room taken.
+        let mut headroom = headroom.to_vec();
+        let mut claimants = Vec::new();
+        for (i, p) in claimed {
+            if let Some(pod) = &p.pod {
+                headroom[*i] = headroom[*i].add(&p.requests);
+                claimants.push(Arc::clone(pod));
+            }
+        }
         let mut kinds = Kinds::default();
         let destinations = snapshot
             .nodes
@@ -227,6 +242,7 @@ impl FullCheck {
                 .filter(|p| !p.is_static)
                 .map(|p| p.scheduling_input())
                 .collect(),
+            claimants,
             cache: HashMap::new(),
             spent: Duration::ZERO,
         }
@@ -278,11 +294,21 @@ impl FullCheck {
     }
 
     fn run(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> Solved {
-        let pods: Vec<Arc<Pod>> = nodes
+        // The claimants come first, as kube-scheduler has them queued already; the verdict is
+        // the movers' alone.
+        let first = self.claimants.len();
+        let pods: Vec<Arc<Pod>> = self
+            .claimants
             .iter()
-            .flat_map(|&i| snapshot.nodes[i].reschedulable_pods())
-            .filter_map(|p| p.pod.clone())
+            .cloned()
+            .chain(
+                nodes
+                    .iter()
+                    .flat_map(|&i| snapshot.nodes[i].reschedulable_pods())
+                    .filter_map(|p| p.pod.clone()),
+            )
             .collect();
+        let mover = |k: usize| k >= first;
         // Movers of one workload share their selectors and labels: each is checked once.
         let selectors: Option<Vec<&LabelSelector>> = pods
             .iter()
@@ -338,13 +364,17 @@ impl FullCheck {
         };
         let mut result =
             Scheduler::new(&CheapestFitRanker, SchedulerOptions::default()).solve(&problem);
-        let mut onto = vec![None; pods.len()];
+        let mut onto = vec![None; pods.len() - first];
         for placed in &result.existing {
-            for &k in &placed.pods {
-                onto[k] = Some(placed.node.clone());
+            for &k in placed.pods.iter().filter(|&&k| mover(k)) {
+                onto[k - first] = Some(placed.node.clone());
             }
         }
-        let verdict = if !result.unschedulable.is_empty() {
+        // A claimant left over is provisioning's to place, not this move's concern.
+        result
+            .new_node_claims
+            .retain(|c| c.pods.iter().any(|&k| mover(k)));
+        let verdict = if result.unschedulable.iter().any(|u| mover(u.pod)) {
             Verdict::Infeasible
         } else {
             match result.new_node_claims.len() {

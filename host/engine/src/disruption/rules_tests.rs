@@ -641,6 +641,43 @@ fn a_node_with_complex_pods_is_deleted_where_the_solver_places_them() {
 }
 
 #[test]
+fn a_pending_pod_counts_in_the_full_checks_topology() {
+    // a runs one web pod (one per host); c has room for it.
+    let mut s = snapshot(vec![
+        with_objects(
+            node("a", "m2a.xlarge", 4000, 200_000, &[500]),
+            "web",
+            Some(one_per_host("web")),
+        ),
+        with_objects(node("c", "m2a.xlarge", 4000, 200_000, &[1000]), "db", None),
+    ]);
+    s.nodes[1].do_not_disrupt = true;
+    let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("a goes");
+    assert_eq!(cmd.replacement, None, "its pod fits on c");
+    // Another web pod is pending and will take c: a's pod cannot follow it there, so a is
+    // replaced by a cheaper node instead of deleted.
+    let mut pending = with_objects(
+        node("pending", "m2a.xlarge", 4000, 0, &[500]),
+        "web",
+        Some(one_per_host("web")),
+    )
+    .pods
+    .remove(0);
+    if let Some(pod) = pending.pod.as_mut() {
+        std::sync::Arc::make_mut(pod)
+            .spec
+            .as_mut()
+            .expect("spec")
+            .node_name = None;
+    }
+    s.pending_pods.push(pending);
+    let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("a goes");
+    assert_eq!(names(&cmd, &s), ["a"]);
+    let replacement = cmd.replacement.expect("a new node for a's pod");
+    assert_eq!(replacement.price_micros, 100_000);
+}
+
+#[test]
 fn two_nodes_of_one_spread_workload_never_merge_onto_one_host() {
     // Two half-empty nodes, one replica each of a one-per-host workload: any pair fits on one
     // node by resources, but the replicas must stay on different hosts.

@@ -104,6 +104,11 @@ pub struct Simulator<'a> {
     scratch: Vec<Mover>,
     /// Pending pods no node or in-flight NodeClaim has room for and a new node could hold.
     pending_needing_capacity: usize,
+    /// Pending pods (and those of leaving nodes) whose room was taken on a destination node:
+    /// the full check places them with the movers, so their labels count in its topology.
+    claimed: Vec<(usize, &'a PodState)>,
+    /// Per node: the claimants whose room it holds; they move with its own pods.
+    claimed_movers: Vec<Vec<Mover>>,
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
@@ -313,8 +318,20 @@ impl<'a> Simulator<'a> {
             movers.push(m);
             complex.push(node.reschedulable_pods().any(|p| p.needs_full_simulation));
         }
-        let pending: Vec<Mover> = snapshot
+        // Pods that will need room whatever this pass decides: the pending ones, and those still
+        // on nodes already leaving (upstream adds both to every simulation).
+        let claimants: Vec<&'a PodState> = snapshot
             .pending_pods
+            .iter()
+            .chain(
+                snapshot
+                    .nodes
+                    .iter()
+                    .filter(|n| n.deleting)
+                    .flat_map(|n| n.reschedulable_pods()),
+            )
+            .collect();
+        let pending: Vec<Mover> = claimants
             .iter()
             .enumerate()
             .map(|(k, p)| Mover {
@@ -390,18 +407,27 @@ impl<'a> Simulator<'a> {
             undo: Vec::new(),
             scratch: Vec::new(),
             pending_needing_capacity: 0,
+            claimed: Vec::new(),
+            claimed_movers: vec![Vec::new(); n],
         };
-        // Pending pods claim room first (upstream simulates them with the candidates' pods):
-        // on a node that can take them now, else on one still launching. Those that fit nowhere
-        // but on a new node are provisioning's to place; they are counted, see
-        // [`Simulator::pending_needing_capacity`].
+        // Pending pods and those of leaving nodes claim room first (upstream simulates them
+        // with the candidates' pods): on a node that can take them now, else on one still
+        // launching. Those that fit nowhere but on a new node are provisioning's to place; they
+        // are counted, see [`Simulator::pending_needing_capacity`].
         let mut pending = pending;
         pending.sort_by(bigger_first);
         for p in pending {
-            match sim.first_fit(&p).or_else(|| sim.launching_fit(&p)) {
-                Some(i) => sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests),
-                None if sim.new_node_fits(&p) => sim.pending_needing_capacity += 1,
-                None => {}
+            match sim.first_fit(&p) {
+                Some(i) => {
+                    sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests);
+                    sim.claimed.push((i, claimants[p.pod as usize]));
+                    sim.claimed_movers[i].push(p);
+                }
+                None => match sim.launching_fit(&p) {
+                    Some(i) => sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests),
+                    None if sim.new_node_fits(&p) => sim.pending_needing_capacity += 1,
+                    None => {}
+                },
             }
         }
         sim.undo.clear();
@@ -420,9 +446,9 @@ impl<'a> Simulator<'a> {
 
     fn full_check(&mut self) -> &mut FullCheck {
         let (snapshot, destination, labels) = (self.snapshot, &self.destination, &self.labels);
-        let headroom = &self.headroom;
+        let (headroom, claimed) = (&self.headroom, &self.claimed);
         self.full
-            .get_or_insert_with(|| FullCheck::new(snapshot, destination, labels, headroom))
+            .get_or_insert_with(|| FullCheck::new(snapshot, destination, labels, headroom, claimed))
     }
 
     /// Whether a move of `nodes` can be decided now: always for the fast check; for a complex
@@ -515,8 +541,9 @@ impl<'a> Simulator<'a> {
         movers.clear();
         for &i in nodes {
             movers.extend_from_slice(&self.movers[i]);
+            movers.extend_from_slice(&self.claimed_movers[i]);
         }
-        if nodes.len() > 1 {
+        if nodes.len() > 1 || nodes.iter().any(|&i| !self.claimed_movers[i].is_empty()) {
             movers.sort_by(bigger_first);
         }
         let mut left = Vec::new();
@@ -876,6 +903,34 @@ mod tests {
             sim.simulate(&[1], Some(400), true),
             Outcome::Replace { .. }
         ));
+    }
+
+    #[test]
+    fn pods_of_leaving_nodes_take_room_and_move_with_the_node_holding_it() {
+        // c is already leaving; its 3-cpu pod must go somewhere, and only a has room.
+        let mut c = node("c", 4000, 400, &[3000]);
+        c.deleting = true;
+        let s = snapshot(vec![
+            node("a", 4000, 400, &[]),
+            node("b", 4000, 400, &[2000]),
+            c,
+        ]);
+        let mut sim = Simulator::new(&s);
+        assert_eq!(sim.pending_needing_capacity(), 0);
+        // a's room is c's pod's, so b's pod needs a new node.
+        assert!(matches!(
+            sim.simulate(&[1], Some(400), true),
+            Outcome::Replace { .. }
+        ));
+        // a has no pods, but removing it leaves c's pod no room (b has 2 cpu free).
+        assert!(matches!(
+            sim.simulate(&[0], None, true),
+            Outcome::Replace { .. }
+        ));
+        // Without a, the pod needs a new node: consolidation waits for provisioning.
+        let mut s = s.clone();
+        s.nodes.remove(0);
+        assert_eq!(Simulator::new(&s).pending_needing_capacity(), 1);
     }
 
     #[test]
