@@ -9,12 +9,13 @@
 //!   lagged, made the launch create again. Deleted after the same grace period, unless its Node
 //!   joined while the claim had none: the lifecycle adopts that one instead.
 //! * **Orphaned Nodes**: a Karpenter Node whose instance is gone is deleted (its finalizer too:
-//!   nothing is left to drain).
+//!   nothing is left to drain), unless its NodeClaim is being deleted: termination finishes
+//!   that Node.
 //! * **NodeClaims whose instance vanished** (after registration; the lifecycle controller handles
 //!   the earlier ones) are deleted.
 
 use kk_apis::names::{finalizer, label};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -209,6 +210,16 @@ impl Collector {
 
     async fn collect_nodes(&self, live: &[&str]) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.client.clone());
+        // A NodeClaim being deleted has termination finish its Node: deleting it here too
+        // would only race that.
+        let terminating: HashSet<String> = self
+            .state
+            .nodeclaims
+            .state()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
+            .filter_map(|c| Some(c.instance()?.1.to_owned()))
+            .collect();
         for node in self.state.nodes.state() {
             if !node.labels().contains_key(label::NODEPOOL) {
                 continue;
@@ -216,7 +227,7 @@ impl Collector {
             let Some((_, id)) = node_instance(&node) else {
                 continue;
             };
-            if !self.gone(id, live).await {
+            if terminating.contains(id) || !self.gone(id, live).await {
                 continue;
             }
             let name = node.name_any();
