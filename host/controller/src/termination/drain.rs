@@ -5,12 +5,17 @@
 //! - the rest go in upstream's order, one group at a time, each only once the groups before it
 //!   are gone: non-critical pods, non-critical DaemonSet pods, critical pods
 //!   (`system-cluster-critical` / `system-node-critical`), critical DaemonSet pods;
-//! - `do-not-disrupt` holds a pod until the grace period ends, then everything left is deleted.
+//! - `do-not-disrupt` holds a pod until the grace period ends, then everything left is deleted;
+//! - within a step, the largest pods (CPU, then memory) are evicted first. Consolidation packs
+//!   the moved pods largest first, and kube-scheduler favours the emptiest node (a fresh
+//!   replacement): evicted smallest first, small pods took the room the plan kept for a large
+//!   one, which then needed a new node.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kk_apis::names::taint;
 use kk_apis::pod::{do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_terminal};
+use kk_engine::scheduling::resources::{Dim, pod_requests};
 use kube::ResourceExt;
 
 /// How long past its deletion time a terminating pod is waited for.
@@ -27,6 +32,14 @@ fn group(pod: &Pod) -> u8 {
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| CRITICAL.contains(&c));
     u8::from(critical) * 2 + u8::from(is_daemonset_pod(pod))
+}
+
+/// A pod's CPU and memory requests, the order consolidation packs pods in.
+fn size(pod: &Pod) -> (u64, u64) {
+    pod.spec
+        .as_ref()
+        .and_then(|s| pod_requests(s).ok())
+        .map_or((0, 0), |r| (r.get(Dim::CpuMillis), r.get(Dim::MemoryBytes)))
 }
 
 /// The API server's default `terminationGracePeriodSeconds`.
@@ -109,10 +122,11 @@ impl DrainStep {
 pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
     let expired = deadline.is_some_and(|d| now >= d);
     let mut out = DrainStep::default();
-    let drained: Vec<&Pod> = pods
+    let mut drained: Vec<&Pod> = pods
         .iter()
         .filter(|p| !is_mirror_pod(p) && !is_terminal(p) && !tolerates_disrupted(p))
         .collect();
+    drained.sort_by_cached_key(|p| std::cmp::Reverse(size(p)));
     // The first group with pods left acts; later groups wait for it (all go once expired).
     let current = drained.iter().map(|p| group(p)).min().unwrap_or(0);
     for pod in drained {
@@ -217,6 +231,38 @@ mod tests {
         // Past the grace period everything left goes at once.
         let s = step(&all, at(10), Some(at(5)));
         assert_eq!(s.delete.len(), 4);
+    }
+
+    #[test]
+    fn the_largest_pods_are_evicted_first() {
+        let sized = |name: &str, cpu: &str, memory: &str| {
+            let mut p = pod(name, json!({}));
+            p.spec.as_mut().unwrap().containers = vec![
+                serde_json::from_value(json!({"name": "c",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}}}))
+                .unwrap(),
+            ];
+            p
+        };
+        let pods = [
+            sized("small", "250m", "512Mi"),
+            pod("no-requests", json!({})),
+            sized("large", "1500m", "4Gi"),
+            sized("medium", "1", "2Gi"),
+            sized("medium-more-memory", "1", "4Gi"),
+        ];
+        let s = step(&pods, at(0), None);
+        let names: Vec<&str> = s.evict.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "large",
+                "medium-more-memory",
+                "medium",
+                "small",
+                "no-requests"
+            ]
+        );
     }
 
     #[test]
