@@ -27,7 +27,7 @@ use kk_apis::pod::{required_anti_affinity, selects};
 use super::model::{ClusterSnapshot, PodState};
 use crate::scheduling::{
     CheapestFitRanker, ExistingNode, NodeClaimDraft, NodePoolInput, Resources, Scheduler,
-    SchedulerOptions, SchedulingProblem,
+    SchedulerOptions, SchedulingProblem, SchedulingResult,
 };
 
 /// Wall time one simulator may spend in full solves (a disruption pass, or one re-validation).
@@ -293,9 +293,50 @@ impl FullCheck {
         Ok(solved)
     }
 
+    /// How many of the claimants need a new node when nothing moves. The fast check gave each
+    /// room on a destination without modelling its own spread or affinity; the solver does, as
+    /// upstream simulates the pending pods with every consolidation. Counts against the budget.
+    pub fn claimants_needing_capacity(&mut self, snapshot: &ClusterSnapshot) -> usize {
+        let started = Instant::now();
+        let (result, _) = self.schedule(snapshot, &[]);
+        self.spent += started.elapsed();
+        result.new_node_claims.iter().map(|c| c.pods.len()).sum()
+    }
+
     fn run(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> Solved {
-        // The claimants come first, as kube-scheduler has them queued already; the verdict is
-        // the movers' alone.
+        let (mut result, first) = self.schedule(snapshot, nodes);
+        let movers = nodes
+            .iter()
+            .flat_map(|&i| snapshot.nodes[i].reschedulable_pods())
+            .filter(|p| p.pod.is_some())
+            .count();
+        let mover = |k: usize| k >= first;
+        let mut onto = vec![None; movers];
+        for placed in &result.existing {
+            for &k in placed.pods.iter().filter(|&&k| mover(k)) {
+                onto[k - first] = Some(placed.node.clone());
+            }
+        }
+        // A claimant left over is provisioning's to place, not this move's concern.
+        result
+            .new_node_claims
+            .retain(|c| c.pods.iter().any(|&k| mover(k)));
+        let verdict = if result.unschedulable.iter().any(|u| mover(u.pod)) {
+            Verdict::Infeasible
+        } else {
+            match result.new_node_claims.len() {
+                0 => Verdict::Delete,
+                1 => Verdict::Replace(Box::new(result.new_node_claims.remove(0))),
+                _ => Verdict::Infeasible,
+            }
+        };
+        Solved { verdict, onto }
+    }
+
+    /// Solves the claimants, then `nodes`' reschedulable pods, against the other destinations
+    /// and the NodePools. Returns the result and the index of the first mover.
+    fn schedule(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> (SchedulingResult, usize) {
+        // The claimants come first, as kube-scheduler has them queued already.
         let first = self.claimants.len();
         let pods: Vec<Arc<Pod>> = self
             .claimants
@@ -308,7 +349,6 @@ impl FullCheck {
                     .filter_map(|p| p.pod.clone()),
             )
             .collect();
-        let mover = |k: usize| k >= first;
         // Movers of one workload share their selectors and labels: each is checked once.
         let selectors: Option<Vec<&LabelSelector>> = pods
             .iter()
@@ -362,27 +402,8 @@ impl FullCheck {
             existing_nodes: &existing,
             daemonsets: &snapshot.daemonsets,
         };
-        let mut result =
+        let result =
             Scheduler::new(&CheapestFitRanker, SchedulerOptions::default()).solve(&problem);
-        let mut onto = vec![None; pods.len() - first];
-        for placed in &result.existing {
-            for &k in placed.pods.iter().filter(|&&k| mover(k)) {
-                onto[k - first] = Some(placed.node.clone());
-            }
-        }
-        // A claimant left over is provisioning's to place, not this move's concern.
-        result
-            .new_node_claims
-            .retain(|c| c.pods.iter().any(|&k| mover(k)));
-        let verdict = if result.unschedulable.iter().any(|u| mover(u.pod)) {
-            Verdict::Infeasible
-        } else {
-            match result.new_node_claims.len() {
-                0 => Verdict::Delete,
-                1 => Verdict::Replace(Box::new(result.new_node_claims.remove(0))),
-                _ => Verdict::Infeasible,
-            }
-        };
-        Solved { verdict, onto }
+        (result, first)
     }
 }

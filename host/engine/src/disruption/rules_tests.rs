@@ -640,6 +640,44 @@ fn a_node_with_complex_pods_is_deleted_where_the_solver_places_them() {
     assert_eq!(cmd.savings_micros, 100_000);
 }
 
+/// A pending 500m pod labelled `web` that keeps off any host running one.
+fn pending_web() -> PodState {
+    let mut pending = with_objects(
+        node("pending", "m2a.xlarge", 4000, 0, &[500]),
+        "web",
+        Some(one_per_host("web")),
+    )
+    .pods
+    .remove(0);
+    if let Some(pod) = pending.pod.as_mut() {
+        std::sync::Arc::make_mut(pod)
+            .spec
+            .as_mut()
+            .expect("spec")
+            .node_name = None;
+    }
+    pending
+}
+
+#[test]
+fn a_pending_pod_whose_own_constraints_need_a_new_node_holds_consolidation() {
+    // Both nodes run a web pod and could each shrink to a cheaper node.
+    let web = |name: &str| {
+        with_objects(
+            node(name, "m2a.xlarge", 4000, 200_000, &[500]),
+            "web",
+            Some(one_per_host("web")),
+        )
+    };
+    let mut s = snapshot(vec![web("a"), web("b")]);
+    assert!(plan(&s, &SavingsPerDisruption).graceful.is_some());
+    // A third web pod pends. Both nodes have room by resources, but not by its anti-affinity:
+    // it needs a new node, and consolidation waits for provisioning to add it.
+    s.pending_pods.push(pending_web());
+    let p = plan(&s, &SavingsPerDisruption);
+    assert!(p.graceful.is_none(), "{:?}", p.graceful);
+}
+
 #[test]
 fn a_pending_pod_counts_in_the_full_checks_topology() {
     // a runs one web pod (one per host); c has room for it.
@@ -656,21 +694,7 @@ fn a_pending_pod_counts_in_the_full_checks_topology() {
     assert_eq!(cmd.replacement, None, "its pod fits on c");
     // Another web pod is pending and will take c: a's pod cannot follow it there, so a is
     // replaced by a cheaper node instead of deleted.
-    let mut pending = with_objects(
-        node("pending", "m2a.xlarge", 4000, 0, &[500]),
-        "web",
-        Some(one_per_host("web")),
-    )
-    .pods
-    .remove(0);
-    if let Some(pod) = pending.pod.as_mut() {
-        std::sync::Arc::make_mut(pod)
-            .spec
-            .as_mut()
-            .expect("spec")
-            .node_name = None;
-    }
-    s.pending_pods.push(pending);
+    s.pending_pods.push(pending_web());
     let cmd = plan(&s, &SavingsPerDisruption).graceful.expect("a goes");
     assert_eq!(names(&cmd, &s), ["a"]);
     let replacement = cmd.replacement.expect("a new node for a's pod");

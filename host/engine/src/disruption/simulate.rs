@@ -430,6 +430,17 @@ impl<'a> Simulator<'a> {
                 },
             }
         }
+        // The room found above ignores a pod's own spread and affinity: when such a pod pends,
+        // the solver says whether it really has room (a pending hostname-spread pod was counted
+        // as placed, and consolidation went on during a scale-out).
+        if sim
+            .claimed
+            .iter()
+            .any(|(_, p)| p.needs_full_simulation && p.pod.is_some())
+        {
+            let snapshot = sim.snapshot;
+            sim.pending_needing_capacity += sim.full_check().claimants_needing_capacity(snapshot);
+        }
         sim.undo.clear();
         sim
     }
