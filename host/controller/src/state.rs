@@ -74,10 +74,16 @@ const MOVE_CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(2)
 struct Moves {
     /// Controller UID -> (NodePool of the disrupted node, when, and when by the wall clock).
     moved: HashMap<String, (String, Instant, jiff::Timestamp)>,
-    /// Controller UID -> when the hold ends.
-    held: HashMap<String, Instant>,
-    /// Controller UID -> how many of its moves were reverted, and when the last was.
+    /// Controller UID -> how many of its moves were reverted, and when the last was: it is held
+    /// for [`hold_after`] that many from then.
     reverts: HashMap<String, (u32, Instant)>,
+}
+
+impl Moves {
+    /// When the hold of a controller reverted `n` times, last at `last`, ends.
+    fn held_until((n, last): (u32, Instant)) -> Instant {
+        last + hold_after(n)
+    }
 }
 
 /// The hold after a controller's `n`th revert (from 1): [`REVERTED_HOLD`] doubled each time,
@@ -591,17 +597,18 @@ impl ClusterState {
             .retain(|_, (_, last)| now.duration_since(*last) < MAX_REVERTED_HOLD);
         let strikes = m.reverts.entry(owner.to_owned()).or_insert((0, now));
         *strikes = (strikes.0 + 1, now);
-        let hold = hold_after(strikes.0);
-        m.held.insert(owner.to_owned(), now + hold);
-        Some((pool, hold))
+        Some((pool, hold_after(strikes.0)))
     }
 
     /// Controllers whose pods consolidation leaves alone now.
     pub fn held_owners(&self) -> HashSet<String> {
-        let mut m = self.moves();
+        let m = self.moves();
         let now = Instant::now();
-        m.held.retain(|_, until| *until > now);
-        m.held.keys().cloned().collect()
+        m.reverts
+            .iter()
+            .filter(|(_, r)| Moves::held_until(**r) > now)
+            .map(|(owner, _)| owner.clone())
+            .collect()
     }
 
     /// A NodeClaim of `pool` failed to launch or register (the NodePool status reports it).
@@ -817,7 +824,7 @@ mod tests {
             state.revert_move("rs-1", Some(now())),
             Some(("pool-a".to_owned(), 2 * REVERTED_HOLD))
         );
-        let until = state.moves().held["rs-1"];
+        let until = Moves::held_until(state.moves().reverts["rs-1"]);
         let left = until.duration_since(std::time::Instant::now());
         assert!(
             left > REVERTED_HOLD && left <= 2 * REVERTED_HOLD,

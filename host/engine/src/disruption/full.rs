@@ -15,6 +15,7 @@
 //! for a later pass.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -304,17 +305,12 @@ impl FullCheck {
     }
 
     fn run(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> Solved {
-        let (mut result, first) = self.schedule(snapshot, nodes);
-        let movers = nodes
-            .iter()
-            .flat_map(|&i| snapshot.nodes[i].reschedulable_pods())
-            .filter(|p| p.pod.is_some())
-            .count();
-        let mover = |k: usize| k >= first;
-        let mut onto = vec![None; movers];
+        let (mut result, movers) = self.schedule(snapshot, nodes);
+        let mover = |k: usize| movers.contains(&k);
+        let mut onto = vec![None; movers.len()];
         for placed in &result.existing {
             for &k in placed.pods.iter().filter(|&&k| mover(k)) {
-                onto[k - first] = Some(placed.node.clone());
+                onto[k - movers.start] = Some(placed.node.clone());
             }
         }
         // A claimant left over is provisioning's to place, not this move's concern.
@@ -334,8 +330,12 @@ impl FullCheck {
     }
 
     /// Solves the claimants, then `nodes`' reschedulable pods, against the other destinations
-    /// and the NodePools. Returns the result and the index of the first mover.
-    fn schedule(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> (SchedulingResult, usize) {
+    /// and the NodePools. Returns the result and the movers' indices into its pods.
+    fn schedule(
+        &self,
+        snapshot: &ClusterSnapshot,
+        nodes: &[usize],
+    ) -> (SchedulingResult, Range<usize>) {
         // The claimants come first, as kube-scheduler has them queued already.
         let first = self.claimants.len();
         let pods: Vec<Arc<Pod>> = self
@@ -404,6 +404,6 @@ impl FullCheck {
         };
         let result =
             Scheduler::new(&CheapestFitRanker, SchedulerOptions::default()).solve(&problem);
-        (result, first)
+        (result, first..pods.len())
     }
 }

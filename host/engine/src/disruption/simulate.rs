@@ -104,10 +104,10 @@ pub struct Simulator<'a> {
     scratch: Vec<Mover>,
     /// Pending pods no node or in-flight NodeClaim has room for and a new node could hold.
     pending_needing_capacity: usize,
-    /// Pending pods (and those of leaving nodes) whose room was taken on a destination node:
-    /// the full check places them with the movers, so their labels count in its topology.
-    claimed: Vec<(usize, &'a PodState)>,
-    /// Per node: the claimants whose room it holds; they move with its own pods.
+    /// Pending pods and those of leaving nodes; a claimant [`Mover`]'s `pod` indexes this.
+    claimants: Vec<&'a PodState>,
+    /// Per destination node: the claimants whose room it holds. They move with its own pods,
+    /// and the full check places them with the movers, so their labels count in its topology.
     claimed_movers: Vec<Vec<Mover>>,
 }
 
@@ -407,7 +407,7 @@ impl<'a> Simulator<'a> {
             undo: Vec::new(),
             scratch: Vec::new(),
             pending_needing_capacity: 0,
-            claimed: Vec::new(),
+            claimants,
             claimed_movers: vec![Vec::new(); n],
         };
         // Pending pods and those of leaving nodes claim room first (upstream simulates them
@@ -420,7 +420,6 @@ impl<'a> Simulator<'a> {
             match sim.first_fit(&p) {
                 Some(i) => {
                     sim.headroom[i] = sim.headroom[i].saturating_sub(&p.requests);
-                    sim.claimed.push((i, claimants[p.pod as usize]));
                     sim.claimed_movers[i].push(p);
                 }
                 None => match sim.launching_fit(&p) {
@@ -434,8 +433,7 @@ impl<'a> Simulator<'a> {
         // the solver says whether it really has room (a pending hostname-spread pod was counted
         // as placed, and consolidation went on during a scale-out).
         if sim
-            .claimed
-            .iter()
+            .claimed()
             .any(|(_, p)| p.needs_full_simulation && p.pod.is_some())
         {
             let snapshot = sim.snapshot;
@@ -455,11 +453,30 @@ impl<'a> Simulator<'a> {
         self.complex[node]
     }
 
+    /// The claimants given room on a destination, with that node.
+    fn claimed(&self) -> impl Iterator<Item = (usize, &'a PodState)> + '_ {
+        let claimants = &self.claimants;
+        self.claimed_movers
+            .iter()
+            .enumerate()
+            .flat_map(move |(i, ms)| ms.iter().map(move |m| (i, claimants[m.pod as usize])))
+    }
+
     fn full_check(&mut self) -> &mut FullCheck {
-        let (snapshot, destination, labels) = (self.snapshot, &self.destination, &self.labels);
-        let (headroom, claimed) = (&self.headroom, &self.claimed);
-        self.full
-            .get_or_insert_with(|| FullCheck::new(snapshot, destination, labels, headroom, claimed))
+        let full = match self.full.take() {
+            Some(full) => full,
+            None => {
+                let claimed: Vec<_> = self.claimed().collect();
+                FullCheck::new(
+                    self.snapshot,
+                    &self.destination,
+                    &self.labels,
+                    &self.headroom,
+                    &claimed,
+                )
+            }
+        };
+        self.full.insert(full)
     }
 
     /// Whether a move of `nodes` can be decided now: always for the fast check; for a complex
