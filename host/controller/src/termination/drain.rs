@@ -9,10 +9,7 @@
 //! - within a step, the largest pods (CPU, then memory) are evicted first. Consolidation packs
 //!   the moved pods largest first, and kube-scheduler favours the emptiest node (a fresh
 //!   replacement): evicted smallest first, small pods took the room the plan kept for a large
-//!   one, which then needed a new node;
-//! - the same order holds across the nodes draining together (a multi-node command): a pod
-//!   waits while a pod before it in line, on another of those nodes, still is to be evicted
-//!   ([`first_in_line`]). Pods that cannot go now (held, or blocked by a budget) hold no one back.
+//!   one, which then needed a new node.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -43,37 +40,6 @@ fn size(pod: &Pod) -> (u64, u64) {
         .as_ref()
         .and_then(|s| pod_requests(s).ok())
         .map_or((0, 0), |r| (r.get(Dim::CpuMillis), r.get(Dim::MemoryBytes)))
-}
-
-/// Where a pod stands in the drain's order: its group, then the largest first. Lower goes first.
-pub type Rank = (u8, std::cmp::Reverse<(u64, u64)>);
-
-fn rank(pod: &Pod) -> Rank {
-    (group(pod), std::cmp::Reverse(size(pod)))
-}
-
-/// Pods a drain acts on at all; the rest stay on the node.
-fn drained(pod: &Pod) -> bool {
-    !is_mirror_pod(pod) && !is_terminal(pod) && !tolerates_disrupted(pod)
-}
-
-/// The rank of the first pod in line among `pods` (those of the other nodes draining): the
-/// lowest of the pods still to be evicted. Pods that cannot go now (`blocked` by a budget, or
-/// held by `do-not-disrupt`) are left out, so they hold no other node's pods back.
-pub fn first_in_line<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
-    now: Timestamp,
-    blocked: impl Fn(&Pod) -> bool,
-) -> Option<Rank> {
-    pods.into_iter()
-        .filter(|p| {
-            drained(p)
-                && p.metadata.deletion_timestamp.is_none()
-                && !do_not_disrupt(p, now)
-                && !blocked(p)
-        })
-        .map(rank)
-        .min()
 }
 
 /// The API server's default `terminationGracePeriodSeconds`.
@@ -154,20 +120,12 @@ impl DrainStep {
 /// The next step for `pods` (those bound to the node). `deadline` is when the NodeClaim's
 /// terminationGracePeriod ends (`None`: never), after which what is left is deleted.
 pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
-    step_behind(pods, now, deadline, None)
-}
-
-/// [`step`] for a node draining beside others: a pod ranked after `ahead` (the
-/// [`first_in_line`] of the others' pods) waits for it.
-pub fn step_behind(
-    pods: &[Pod],
-    now: Timestamp,
-    deadline: Option<Timestamp>,
-    ahead: Option<Rank>,
-) -> DrainStep {
     let expired = deadline.is_some_and(|d| now >= d);
     let mut out = DrainStep::default();
-    let mut drained: Vec<&Pod> = pods.iter().filter(|p| drained(p)).collect();
+    let mut drained: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| !is_mirror_pod(p) && !is_terminal(p) && !tolerates_disrupted(p))
+        .collect();
     drained.sort_by_cached_key(|p| std::cmp::Reverse(size(p)));
     // The first group with pods left acts; later groups wait for it (all go once expired).
     let current = drained.iter().map(|p| group(p)).min().unwrap_or(0);
@@ -190,7 +148,7 @@ pub fn step_behind(
             || deadline
                 .and_then(|d| d.checked_sub(grace_period(pod)).ok())
                 .is_some_and(|t| now >= t);
-        if !due && (group(pod) != current || ahead.is_some_and(|a| rank(pod) > a)) {
+        if !due && group(pod) != current {
             out.waiting += 1;
             continue;
         }
@@ -305,55 +263,6 @@ mod tests {
                 "no-requests"
             ]
         );
-    }
-
-    #[test]
-    fn nodes_draining_together_evict_in_one_order() {
-        let sized = |name: &str, cpu: &str| {
-            let mut p = pod(name, json!({}));
-            p.spec.as_mut().unwrap().containers = vec![
-                serde_json::from_value(
-                    json!({"name": "c", "resources": {"requests": {"cpu": cpu}}}),
-                )
-                .unwrap(),
-            ];
-            p
-        };
-        let a = [sized("a-4", "4"), sized("a-2", "2"), sized("a-1", "1")];
-        let b = [sized("b-3", "3"), sized("b-1", "1")];
-        let none = |_: &Pod| false;
-        let names = |s: &DrainStep| s.evict.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
-        let step_of = |pods: &[Pod], others: &[Pod]| {
-            step_behind(pods, at(0), None, first_in_line(others, at(0), none))
-        };
-        let s = step_of(&a, &b);
-        assert_eq!(names(&s), ["a-4"]);
-        assert_eq!(s.waiting, 2);
-        assert!(step_of(&b, &a).evict.is_empty(), "b-3 waits for a-4");
-
-        // a-4 is going: b-3 is next, then a-2, then the two of one size together.
-        let mut a_going = a.clone();
-        a_going[0].metadata.deletion_timestamp = Some(Time(at(0)));
-        assert_eq!(names(&step_of(&b, &a_going)), ["b-3"]);
-        assert!(step_of(&a_going, &b).evict.is_empty());
-        let mut b_going = b.clone();
-        b_going[0].metadata.deletion_timestamp = Some(Time(at(0)));
-        assert_eq!(names(&step_of(&a_going, &b_going)), ["a-2", "a-1"]);
-        a_going[1].metadata.deletion_timestamp = Some(Time(at(0)));
-        assert_eq!(names(&step_of(&b_going, &a_going)), ["b-1"]);
-
-        // A pod that cannot go now holds no one back.
-        assert_eq!(
-            first_in_line(&b, at(0), |p: &Pod| p.name_any() == "b-3"),
-            Some(rank(&b[1]))
-        );
-        let mut held = b.clone();
-        held[0].metadata.annotations =
-            Some([(annotation::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into());
-        assert_eq!(names(&step_of(&a[1..], &held)), ["a-2", "a-1"]);
-        // Past the node's deadline nothing waits.
-        let s = step_behind(&a, at(10), Some(at(5)), first_in_line(&b, at(10), none));
-        assert_eq!(s.delete.len(), 3);
     }
 
     #[test]

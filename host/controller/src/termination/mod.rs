@@ -12,7 +12,6 @@
 pub mod drain;
 
 use kk_apis::names::{annotation, condition, finalizer, label, taint};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,9 +42,6 @@ use tracing::instrument;
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the drain's `TerminationGracePeriodExpiring` warning repeats.
 const GRACE_EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
-/// How long after its NodeClaim's deletion a drain keeps to the order of the nodes draining
-/// beside it ([`drain::first_in_line`]); after that it evicts on its own.
-const ORDERED_DRAIN: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
 
 /// What termination needs.
 pub struct Terminator {
@@ -232,54 +228,6 @@ impl Terminator {
         Ok(Action::await_change())
     }
 
-    /// The first pod in line on the other nodes draining now (tainted and being deleted), so
-    /// that a multi-node command's pods leave largest first over all its nodes, and
-    /// kube-scheduler places them in about the order consolidation packed them. Only for
-    /// [`ORDERED_DRAIN`] after this NodeClaim's deletion: a node whose evictions keep failing
-    /// must not hold the others for long.
-    fn first_in_line_elsewhere(
-        &self,
-        nc: &NodeClaim,
-        node: &str,
-        now: Timestamp,
-        pdbs: &[PodDisruptionBudget],
-    ) -> Option<drain::Rank> {
-        let since_deleted = nc
-            .metadata
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| now.duration_since(t.0));
-        if since_deleted.is_some_and(|d| d > ORDERED_DRAIN) {
-            return None;
-        }
-        let draining: HashSet<String> = self
-            .state
-            .nodes
-            .state()
-            .iter()
-            .filter(|n| {
-                n.metadata.deletion_timestamp.is_some()
-                    && n.name_any() != node
-                    && n.spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_some_and(|ts| ts.iter().any(|t| t.key == taint::DISRUPTED))
-            })
-            .map(|n| n.name_any())
-            .collect();
-        if draining.is_empty() {
-            return None;
-        }
-        let pods = self.state.pods.state();
-        let theirs = pods.iter().map(|p| &**p).filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| draining.contains(n))
-        });
-        drain::first_in_line(theirs, now, |p| pdb_blocked(p, pdbs))
-    }
-
     /// Cordons and drains `node`; `Some(wait)` while pods or volumes remain.
     async fn drain(&self, nc: &NodeClaim, node: &Node) -> Result<Option<Duration>, Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -342,6 +290,8 @@ impl Terminator {
                 );
             }
         }
+        let step = drain::step(&pods, Timestamp::now(), deadline);
+        let mut blocked = Vec::new();
         let pdbs: Vec<PodDisruptionBudget> = self
             .state
             .pdbs
@@ -349,10 +299,6 @@ impl Terminator {
             .iter()
             .map(|p| (**p).clone())
             .collect();
-        let now = Timestamp::now();
-        let ahead = self.first_in_line_elsewhere(nc, &name, now, &pdbs);
-        let step = drain::step_behind(&pods, now, deadline, ahead);
-        let mut blocked = Vec::new();
         for p in &step.evict {
             // The client retries 429s with backoff, and a PDB answers 429 until it allows a
             // disruption: check the budget first, and bound the call for the race that remains.
