@@ -171,7 +171,8 @@ impl Lifecycle {
                     .await
                 {
                     Ok(_) => true,
-                    Err(kube::Error::Api(e)) if e.code == 404 => false,
+                    // Gone, or bound since the cache was read (422): kube-scheduler was first.
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 422 => false,
                     Err(err) => {
                         tracing::warn!(pod = %pod.name_any(), error = %err,
                             "could not set the pod's nominated node");
