@@ -2,6 +2,11 @@
 //! or ephemeral taint (with Cilium, the agent's taint counts as a startup taint whether or not
 //! the NodePool lists it: the userdata registers the node with it). Initialized is sticky: once
 //! the Node carries `karpenter.sh/initialized=true` it stays initialized.
+//!
+//! As it initializes, the pods provisioning nominated to its NodeClaim that still wait get the
+//! Node's name in `status.nominatedNodeName`, once, before the `initialized` label: the one way
+//! kube-scheduler learns where we expect a pod to go. It is a hint; kube-scheduler clears it
+//! when the pod does not fit after all, and provisioning takes the pod up again.
 
 use std::collections::HashSet;
 use std::sync::Arc;

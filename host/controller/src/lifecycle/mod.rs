@@ -2,7 +2,7 @@
 //! `nodeclaim/lifecycle`: [`launch`] (instance, userdata, bootstrap token, ownership tag),
 //! [`registration`] (match the Node by providerID, sync labels and taints, drop the unregistered
 //! taint; adopt a duplicate instance whose Node joined first), [`initialization`] (startup
-//! taints gone, node Ready), [`liveness`] (claims that never register, or whose instance failed,
+//! taints gone, node Ready; its nominated pods pointed at it), [`liveness`] (claims that never register, or whose instance failed,
 //! are deleted so their pods are provisioned again), and [`finalize`] for claims that never
 //! registered.
 //!
