@@ -63,16 +63,21 @@ pub fn effective_zone(pod: &Pod) -> String {
     }
 }
 
+/// Whether `pod` still waits for a node: not bound, and not being deleted.
+pub fn awaits_node(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.node_name.as_deref().is_none_or(str::is_empty))
+}
+
 /// Whether kube-scheduler gave up on `pod` and Karpenter should find it a node
 /// (upstream `IsProvisionable`).
 pub fn is_provisionable(pod: &Pod) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() {
+    if !awaits_node(pod) {
         return false;
     }
-    let spec_ok = pod
-        .spec
-        .as_ref()
-        .is_some_and(|s| s.node_name.as_deref().is_none_or(str::is_empty));
     let Some(status) = pod.status.as_ref() else {
         return false;
     };
@@ -92,7 +97,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         .iter()
         .flatten()
         .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
-    spec_ok && pending && not_preempting && unschedulable && !owned_by_daemon_or_node
+    pending && not_preempting && unschedulable && !owned_by_daemon_or_node
 }
 
 /// Whether the pod's `karpenter.sh/do-not-disrupt` annotation holds it at `now`: `"true"`

@@ -20,6 +20,7 @@ use serde_json::json;
 use kk_apis::NodeClaim;
 use kk_apis::crd::conditions::{DesiredCondition, is_true};
 use kk_apis::names::{condition, label, taint};
+use kk_apis::pod::awaits_node;
 use kk_engine::scheduling::resources::parse_milli;
 use kk_engine::scheduling::translate;
 
@@ -213,10 +214,7 @@ fn awaiting_node(
                 .uid
                 .as_ref()
                 .is_some_and(|u| nominated.contains(u))
-                && p.metadata.deletion_timestamp.is_none()
-                && p.spec
-                    .as_ref()
-                    .is_some_and(|s| s.node_name.as_deref().is_none_or(str::is_empty))
+                && awaits_node(p)
                 && p.status
                     .as_ref()
                     .and_then(|s| s.nominated_node_name.as_deref())

@@ -287,9 +287,7 @@ impl FullCheck {
             return Ok(Rc::clone(hit));
         }
         self.can_solve(snapshot, &key)?;
-        let started = Instant::now();
         let solved = Rc::new(self.run(snapshot, &key));
-        self.spent += started.elapsed();
         self.cache.insert(key, Rc::clone(&solved));
         Ok(solved)
     }
@@ -298,13 +296,11 @@ impl FullCheck {
     /// room on a destination without modelling its own spread or affinity; the solver does, as
     /// upstream simulates the pending pods with every consolidation. Counts against the budget.
     pub fn claimants_needing_capacity(&mut self, snapshot: &ClusterSnapshot) -> usize {
-        let started = Instant::now();
         let (result, _) = self.schedule(snapshot, &[]);
-        self.spent += started.elapsed();
         result.new_node_claims.iter().map(|c| c.pods.len()).sum()
     }
 
-    fn run(&self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> Solved {
+    fn run(&mut self, snapshot: &ClusterSnapshot, nodes: &[usize]) -> Solved {
         let (mut result, movers) = self.schedule(snapshot, nodes);
         let mover = |k: usize| movers.contains(&k);
         let mut onto = vec![None; movers.len()];
@@ -330,12 +326,14 @@ impl FullCheck {
     }
 
     /// Solves the claimants, then `nodes`' reschedulable pods, against the other destinations
-    /// and the NodePools. Returns the result and the movers' indices into its pods.
+    /// and the NodePools. Returns the result and the movers' indices into its pods. Its wall
+    /// time counts against the budget.
     fn schedule(
-        &self,
+        &mut self,
         snapshot: &ClusterSnapshot,
         nodes: &[usize],
     ) -> (SchedulingResult, Range<usize>) {
+        let started = Instant::now();
         // The claimants come first, as kube-scheduler has them queued already.
         let first = self.claimants.len();
         let pods: Vec<Arc<Pod>> = self
@@ -404,6 +402,7 @@ impl FullCheck {
         };
         let result =
             Scheduler::new(&CheapestFitRanker, SchedulerOptions::default()).solve(&problem);
+        self.spent += started.elapsed();
         (result, first..pods.len())
     }
 }
