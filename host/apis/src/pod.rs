@@ -4,18 +4,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::PodAffinityTerm;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_core::ResourceExt;
 
+use crate::cached_pod::CachedPod;
 use crate::names::{annotation, label};
 
 /// Upstream's "effective zone" of a pending pod (`scheduler_pending_pods_by_effective_zone_count`):
 /// the one zone its node selector and required node affinity allow, `flexible` when they allow
 /// several or say nothing, `none` when they allow none. Unlike upstream, topology spread and
 /// volume zones are not intersected in.
-pub fn effective_zone(pod: &Pod) -> String {
+pub fn effective_zone(pod: &CachedPod) -> String {
     let spec = pod.spec.as_ref();
     let mut allowed: Option<BTreeSet<String>> = spec
         .and_then(|s| s.node_selector.as_ref())
@@ -64,7 +65,7 @@ pub fn effective_zone(pod: &Pod) -> String {
 }
 
 /// Whether `pod` still waits for a node: not bound, and not being deleted.
-pub fn awaits_node(pod: &Pod) -> bool {
+pub fn awaits_node(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod
             .spec
@@ -74,7 +75,7 @@ pub fn awaits_node(pod: &Pod) -> bool {
 
 /// Whether kube-scheduler gave up on `pod` and Karpenter should find it a node
 /// (upstream `IsProvisionable`).
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &CachedPod) -> bool {
     if !awaits_node(pod) {
         return false;
     }
@@ -103,7 +104,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 /// Whether the pod's `karpenter.sh/do-not-disrupt` annotation holds it at `now`: `"true"`
 /// always; a duration (`"30m"`, `"1h30m"`) until that long after the pod started (from its
 /// creation while it has no start time); any other value never (as upstream).
-pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+pub fn do_not_disrupt(pod: &CachedPod, now: Timestamp) -> bool {
     let Some(value) = pod.annotations().get(annotation::DO_NOT_DISRUPT) else {
         return false;
     };
@@ -126,17 +127,17 @@ pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
 }
 
 /// Owned by a DaemonSet: drains leave it, simulations count it as node overhead.
-pub fn is_daemonset_pod(pod: &Pod) -> bool {
+pub fn is_daemonset_pod(pod: &CachedPod) -> bool {
     pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
 }
 
 /// A static pod's mirror: the kubelet owns it, the API cannot evict it.
-pub fn is_mirror_pod(pod: &Pod) -> bool {
+pub fn is_mirror_pod(pod: &CachedPod) -> bool {
     pod.annotations().contains_key(annotation::MIRROR_POD)
 }
 
 /// Succeeded or Failed: it holds nothing on its node.
-pub fn is_terminal(pod: &Pod) -> bool {
+pub fn is_terminal(pod: &CachedPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -168,7 +169,7 @@ pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, Strin
 
 /// The pod's required anti-affinity terms: every pod a term selects must keep out of the pod's
 /// domain (kube-scheduler checks them for each incoming pod).
-pub fn required_anti_affinity(pod: &Pod) -> &[PodAffinityTerm] {
+pub fn required_anti_affinity(pod: &CachedPod) -> &[PodAffinityTerm] {
     pod.spec
         .as_ref()
         .and_then(|s| s.affinity.as_ref()?.pod_anti_affinity.as_ref())
@@ -180,7 +181,10 @@ pub fn required_anti_affinity(pod: &Pod) -> &[PodAffinityTerm] {
 }
 
 /// A PodDisruptionBudget covering `pod` allows no disruption now.
-pub fn pdb_blocked<'a>(pod: &Pod, pdbs: impl IntoIterator<Item = &'a PodDisruptionBudget>) -> bool {
+pub fn pdb_blocked<'a>(
+    pod: &CachedPod,
+    pdbs: impl IntoIterator<Item = &'a PodDisruptionBudget>,
+) -> bool {
     let ns = pod.namespace().unwrap_or_default();
     pdbs.into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
@@ -196,13 +200,18 @@ pub fn pdb_blocked<'a>(pod: &Pod, pdbs: impl IntoIterator<Item = &'a PodDisrupti
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
 
     #[test]
     fn effective_zone_is_the_one_zone_a_pod_allows() {
-        let pod = |spec: serde_json::Value| -> Pod {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
-                .unwrap()
+        let pod = |spec: serde_json::Value| -> CachedPod {
+            serde_json::from_value::<Pod>(
+                serde_json::json!({"metadata": {"name": "p"}, "spec": spec}),
+            )
+            .unwrap()
+            .into()
         };
         let containers = serde_json::json!([{"name": "c"}]);
         let affinity = |terms: serde_json::Value| serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}});
@@ -223,13 +232,14 @@ mod tests {
         assert_eq!(effective_zone(&pod(open)), "flexible");
     }
 
-    fn pod(annotation: &str, started: &str) -> Pod {
-        serde_json::from_value(serde_json::json!({
+    fn pod(annotation: &str, started: &str) -> CachedPod {
+        serde_json::from_value::<Pod>(serde_json::json!({
             "metadata": {"name": "p", "annotations": {annotation::DO_NOT_DISRUPT: annotation},
                          "creationTimestamp": "2026-01-01T00:00:00Z"},
             "status": {"startTime": started},
         }))
         .unwrap()
+        .into()
     }
 
     #[test]

@@ -39,7 +39,7 @@ fn bench_ranker(label: &str, ranker: &dyn InstanceRanker, max_pods: usize) {
     for &n in SIZES.iter().filter(|&&n| n <= max_pods) {
         let pods: Vec<std::sync::Arc<_>> = diverse_pods(n, LabelScheme::Upstream)
             .into_iter()
-            .map(std::sync::Arc::new)
+            .map(|p| std::sync::Arc::new(p.into()))
             .collect();
         let problem = SchedulingProblem {
             pods: &pods,

@@ -17,7 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use kk_apis::cached_pod::CachedPod;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -105,16 +106,16 @@ fn node_limit(pool: &NodePool) -> Option<usize> {
 
 /// A pod that asks for nothing: scheduled on a static NodePool alone, it yields the NodeClaim
 /// that NodePool makes with nothing to fit.
-fn placeholder() -> Pod {
-    Pod {
+fn placeholder() -> CachedPod {
+    CachedPod {
         metadata: Default::default(),
-        spec: Some(PodSpec {
+        spec: Some(Arc::new(PodSpec {
             containers: vec![Container {
                 name: "static-capacity".into(),
                 ..Default::default()
             }],
             ..Default::default()
-        }),
+        })),
         status: None,
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kk_apis::cached_pod::CachedPod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -204,10 +205,10 @@ const NOMINATIONS_IN_FLIGHT: usize = 8;
 /// The pods among `pods` nominated (by UID) to a node's NodeClaim that still wait for a node and
 /// are not yet pointed at `node`.
 fn awaiting_node(
-    pods: impl IntoIterator<Item = Arc<Pod>>,
+    pods: impl IntoIterator<Item = Arc<CachedPod>>,
     nominated: &HashSet<String>,
     node: &str,
-) -> Vec<Arc<Pod>> {
+) -> Vec<Arc<CachedPod>> {
     pods.into_iter()
         .filter(|p| {
             p.metadata
@@ -272,7 +273,7 @@ mod tests {
     fn only_nominated_pods_still_waiting_are_pointed_at_the_node() {
         let pod = |uid: &str, node_name: Option<&str>, nominated: Option<&str>| {
             Arc::new(
-                serde_json::from_value::<Pod>(json!({
+                serde_json::from_value::<CachedPod>(json!({
                     "metadata": {"name": uid, "namespace": "default", "uid": uid},
                     "spec": {"containers": [], "nodeName": node_name},
                     "status": {"nominatedNodeName": nominated},

@@ -11,8 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kk_apis::cached_pod::CachedPod;
 use kube::ResourceExt;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
@@ -268,7 +269,7 @@ struct Scrape {
     utilization: Vec<(String, f64)>,
     /// (family, resource_type, nodepool, value)
     pools: Vec<(PoolFamily, String, String, f64)>,
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<CachedPod>>,
     now: jiff::Timestamp,
 }
 
@@ -467,7 +468,11 @@ impl Scrape {
     }
 
     /// `pods_state` of one pod.
-    fn pod_state(&self, metric: &mut MetricEncoder<'_>, pod: &Pod) -> Result<(), std::fmt::Error> {
+    fn pod_state(
+        &self,
+        metric: &mut MetricEncoder<'_>,
+        pod: &CachedPod,
+    ) -> Result<(), std::fmt::Error> {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         let status = pod.status.as_ref();
         let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use kk_apis::cached_pod::CachedPod;
 
 use super::{Metrics, PodLabels};
 use crate::state::ClusterState;
@@ -37,7 +37,7 @@ struct Seen {
 }
 
 /// When condition `type_` of `pod` turned True, if it is True.
-fn became_true(pod: &Pod, type_: &str) -> Option<Timestamp> {
+fn became_true(pod: &CachedPod, type_: &str) -> Option<Timestamp> {
     pod.status
         .as_ref()?
         .conditions
@@ -102,7 +102,7 @@ impl PodLatencies {
     }
 
     /// The per-pod waiting gauges of the provisioning pods still waiting.
-    fn set_waiting(&self, pods: &[Arc<Pod>]) {
+    fn set_waiting(&self, pods: &[Arc<CachedPod>]) {
         let m = &self.metrics;
         m.pods_provisioning_unbound_time.clear();
         m.pods_provisioning_unstarted_time.clear();
@@ -131,7 +131,7 @@ impl PodLatencies {
         }
     }
 
-    fn observe(&self, pod: &Pod, uid: &str, seen: &mut Seen) {
+    fn observe(&self, pod: &CachedPod, uid: &str, seen: &mut Seen) {
         let m = &self.metrics;
         let bound_node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
         if bound_node.is_none() && seen.pending_since.is_none() && !seen.bound {

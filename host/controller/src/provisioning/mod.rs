@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kk_apis::cached_pod::CachedPod;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -97,7 +98,7 @@ pub enum ProvisionError {
 }
 
 /// Pods an earlier pass's nomination still covers, by NodeClaim name.
-type Covered = HashMap<String, Vec<Arc<Pod>>>;
+type Covered = HashMap<String, Vec<Arc<CachedPod>>>;
 
 /// The provisioning controller.
 pub struct Provisioner {
@@ -140,7 +141,7 @@ impl Provisioner {
     }
 
     /// The NodeClaim whose nomination still covers a pod, if an earlier pass's does.
-    fn covered(&self, pod: &Pod, claims: &HashMap<String, Arc<NodeClaim>>) -> Option<String> {
+    fn covered(&self, pod: &CachedPod, claims: &HashMap<String, Arc<NodeClaim>>) -> Option<String> {
         let uid = pod.metadata.uid.as_deref()?;
         let (target, _age) = self.state.nomination_of(uid)?;
         let nc = claims.get(&target)?;
@@ -164,7 +165,7 @@ impl Provisioner {
 
     /// Pods that need a node now, and the pods an earlier pass's nomination still covers, by the
     /// NodeClaim they were nominated to. Shared with the watch cache, never copied.
-    fn pending_pods(&self) -> (Vec<Arc<Pod>>, Covered) {
+    fn pending_pods(&self) -> (Vec<Arc<CachedPod>>, Covered) {
         let claims: HashMap<String, Arc<NodeClaim>> = self
             .state
             .nodeclaims
@@ -321,7 +322,7 @@ impl Provisioner {
             .collect();
 
         // Shared with the watch cache: a pass at tens of thousands of pods copies none.
-        let mut bound: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        let mut bound: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
         for p in &all_pods {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             if matches!(phase, Some("Succeeded" | "Failed")) {
@@ -531,7 +532,7 @@ impl Provisioner {
         }
     }
 
-    fn nominate(&self, pod: &Pod, target: &str, claim: Option<&ObjectReference>) {
+    fn nominate(&self, pod: &CachedPod, target: &str, claim: Option<&ObjectReference>) {
         if let Some(uid) = pod.metadata.uid.as_deref() {
             self.state.nominate(uid, target);
         }
@@ -548,7 +549,7 @@ impl Provisioner {
     /// need a new NodeClaim show the move was wrong. Their controllers are held (consolidation
     /// leaves them alone, see [`ClusterState::revert_move`]), once per move, with an Event on the
     /// disrupted node's NodePool and a count.
-    fn guard_churn<'p>(&self, pods: impl Iterator<Item = &'p Pod>, pools: &[Arc<NodePool>]) {
+    fn guard_churn<'p>(&self, pods: impl Iterator<Item = &'p CachedPod>, pools: &[Arc<NodePool>]) {
         let mut reverted: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for pod in pods {
             let Some(owner) = pod
@@ -600,7 +601,7 @@ impl Provisioner {
 }
 
 /// `namespace/name`.
-fn pod_key(pod: &Pod) -> String {
+fn pod_key(pod: &CachedPod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
@@ -619,9 +620,9 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-    fn pending(reason: &str) -> Pod {
-        Pod {
-            spec: Some(PodSpec::default()),
+    fn pending(reason: &str) -> CachedPod {
+        CachedPod {
+            spec: Some(Arc::new(PodSpec::default())),
             status: Some(PodStatus {
                 phase: Some("Pending".into()),
                 conditions: Some(vec![PodCondition {
@@ -641,7 +642,7 @@ mod tests {
         assert!(is_provisionable(&pending("Unschedulable")));
         assert!(!is_provisionable(&pending("SchedulingGated")));
         let mut bound = pending("Unschedulable");
-        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        Arc::make_mut(bound.spec.as_mut().unwrap()).node_name = Some("n1".into());
         assert!(!is_provisionable(&bound));
         let mut preempting = pending("Unschedulable");
         preempting.status.as_mut().unwrap().nominated_node_name = Some("n2".into());
@@ -652,7 +653,7 @@ mod tests {
             ..Default::default()
         }]);
         assert!(!is_provisionable(&ds));
-        assert!(!is_provisionable(&Pod::default()));
+        assert!(!is_provisionable(&CachedPod::default()));
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@
 //!   one, which then needed a new node.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::names::taint;
 use kk_apis::pod::{do_not_disrupt, is_daemonset_pod, is_mirror_pod, is_terminal};
 use kk_engine::scheduling::resources::{Dim, pod_requests};
@@ -25,7 +25,7 @@ const STUCK_TERMINATING: jiff::SignedDuration = jiff::SignedDuration::from_secs(
 const CRITICAL: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
 
 /// The pod's drain group: lower groups go first.
-fn group(pod: &Pod) -> u8 {
+fn group(pod: &CachedPod) -> u8 {
     let critical = pod
         .spec
         .as_ref()
@@ -35,7 +35,7 @@ fn group(pod: &Pod) -> u8 {
 }
 
 /// A pod's CPU and memory requests, the order consolidation packs pods in.
-fn size(pod: &Pod) -> (u64, u64) {
+fn size(pod: &CachedPod) -> (u64, u64) {
     pod.spec
         .as_ref()
         .and_then(|s| pod_requests(s).ok())
@@ -46,7 +46,7 @@ fn size(pod: &Pod) -> (u64, u64) {
 const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
 
 /// The pod's `terminationGracePeriodSeconds` (the API's default when unset), in seconds.
-pub fn grace_seconds(pod: &Pod) -> i64 {
+pub fn grace_seconds(pod: &CachedPod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
@@ -54,12 +54,12 @@ pub fn grace_seconds(pod: &Pod) -> i64 {
         .max(0)
 }
 
-fn grace_period(pod: &Pod) -> jiff::SignedDuration {
+fn grace_period(pod: &CachedPod) -> jiff::SignedDuration {
     jiff::SignedDuration::from_secs(grace_seconds(pod))
 }
 
 /// Whether the pod tolerates the taint a draining node carries (it would be scheduled back).
-fn tolerates_disrupted(pod: &Pod) -> bool {
+fn tolerates_disrupted(pod: &CachedPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_ref())
@@ -119,10 +119,10 @@ impl DrainStep {
 
 /// The next step for `pods` (those bound to the node). `deadline` is when the NodeClaim's
 /// terminationGracePeriod ends (`None`: never), after which what is left is deleted.
-pub fn step(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
+pub fn step(pods: &[CachedPod], now: Timestamp, deadline: Option<Timestamp>) -> DrainStep {
     let expired = deadline.is_some_and(|d| now >= d);
     let mut out = DrainStep::default();
-    let mut drained: Vec<&Pod> = pods
+    let mut drained: Vec<&CachedPod> = pods
         .iter()
         .filter(|p| !is_mirror_pod(p) && !is_terminal(p) && !tolerates_disrupted(p))
         .collect();
@@ -174,7 +174,7 @@ mod tests {
     use kk_apis::names::annotation;
     use serde_json::json;
 
-    fn pod(name: &str, extra: serde_json::Value) -> Pod {
+    fn pod(name: &str, extra: serde_json::Value) -> CachedPod {
         let mut v =
             json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"containers": []}});
         if let (Some(m), Some(e)) = (v["metadata"].as_object_mut(), extra.as_object()) {
@@ -202,7 +202,8 @@ mod tests {
         };
         let critical = |name: &str| {
             let mut p = pod(name, json!({}));
-            p.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+            std::sync::Arc::make_mut(p.spec.as_mut().unwrap()).priority_class_name =
+                Some("system-node-critical".into());
             p
         };
         let web = pod("web", json!({}));
@@ -237,7 +238,7 @@ mod tests {
     fn the_largest_pods_are_evicted_first() {
         let sized = |name: &str, cpu: &str, memory: &str| {
             let mut p = pod(name, json!({}));
-            p.spec.as_mut().unwrap().containers = vec![
+            std::sync::Arc::make_mut(p.spec.as_mut().unwrap()).containers = vec![
                 serde_json::from_value(json!({"name": "c",
                     "resources": {"requests": {"cpu": cpu, "memory": memory}}}))
                 .unwrap(),
@@ -268,7 +269,7 @@ mod tests {
     #[test]
     fn pods_that_tolerate_the_disrupted_taint_stay() {
         let mut agent = pod("agent", json!({}));
-        agent.spec.as_mut().unwrap().tolerations =
+        std::sync::Arc::make_mut(agent.spec.as_mut().unwrap()).tolerations =
             Some(vec![k8s_openapi::api::core::v1::Toleration {
                 operator: Some("Exists".into()),
                 ..Default::default()
@@ -332,7 +333,8 @@ mod tests {
     #[test]
     fn pods_are_deleted_early_enough_to_get_their_grace_period_before_the_deadline() {
         let mut slow = pod("slow", json!({}));
-        slow.spec.as_mut().unwrap().termination_grace_period_seconds = Some(60);
+        std::sync::Arc::make_mut(slow.spec.as_mut().unwrap()).termination_grace_period_seconds =
+            Some(60);
         let quick = pod("quick", json!({}));
         let deadline = Some(at(100));
         let s = step(&[slow.clone(), quick.clone()], at(39), deadline);

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kk_apis::cached_pod::CachedPod;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -270,7 +271,7 @@ impl Terminator {
             // Our finalizer holds the Node until the instance is gone.
             nodes.delete(&name, &DeleteParams::default()).await?;
         }
-        let pods: Vec<Pod> = self
+        let pods: Vec<CachedPod> = self
             .state
             .pods_on(&name)
             .iter()

@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, PodSpec};
+use k8s_openapi::api::core::v1::{Node, PodAffinityTerm, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kk_apis::ResourceExt;
+use kk_apis::cached_pod::CachedPod;
 
 use super::drift;
 use super::model::{ClusterSnapshot, NodeState, PodState, PoolState};
@@ -26,7 +27,7 @@ pub struct Objects<'a> {
     pub pools: &'a [Arc<NodePool>],
     pub claims: &'a [Arc<NodeClaim>],
     pub nodes: &'a [Arc<Node>],
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     pub classes: &'a [Arc<KCNodeClass>],
     pub pdbs: &'a [Arc<PodDisruptionBudget>],
     /// Nodes and NodeClaims provisioning just placed pending pods on (hands off).
@@ -35,10 +36,10 @@ pub struct Objects<'a> {
     pub held_owners: &'a HashSet<String>,
     pub instance_types: Vec<InstanceType>,
     /// DaemonSet pod templates (as pods), for the full check's replacements.
-    pub daemonsets: Vec<Pod>,
+    pub daemonsets: Vec<CachedPod>,
 }
 
-fn pod_state(shared: &Arc<Pod>, o: &Objects<'_>) -> PodState {
+fn pod_state(shared: &Arc<CachedPod>, o: &Objects<'_>) -> PodState {
     let pod = shared.as_ref();
     let pdbs = o.pdbs;
     // Borrowed: a pass reads every pod, and copying each spec cost a PodSpec per pod per pass.
@@ -171,7 +172,7 @@ fn node_state(
     claim: &NodeClaim,
     node: Option<&Node>,
     o: &Objects<'_>,
-    bound: &HashMap<&str, Vec<&Arc<Pod>>>,
+    bound: &HashMap<&str, Vec<&Arc<CachedPod>>>,
     keep_out: &[KeepOut<'_>],
 ) -> NodeState {
     let labels: BTreeMap<String, String> = node
@@ -262,7 +263,7 @@ fn node_state(
 fn pods_on(
     node: &str,
     o: &Objects<'_>,
-    bound: &HashMap<&str, Vec<&Arc<Pod>>>,
+    bound: &HashMap<&str, Vec<&Arc<CachedPod>>>,
     keep_out: &[KeepOut<'_>],
 ) -> Vec<PodState> {
     bound
@@ -279,7 +280,7 @@ fn pods_on(
 
 /// One running pod's required anti-affinity term, and the topology domain that pod is in.
 struct KeepOut<'a> {
-    owner: &'a Pod,
+    owner: &'a CachedPod,
     namespace: String,
     term: &'a PodAffinityTerm,
     value: String,
@@ -289,7 +290,7 @@ impl KeepOut<'_> {
     /// Whether the term selects `pod`: its namespaces (the owner's when none are named; any
     /// namespace when a namespace selector is set, since namespaces' labels are not watched),
     /// then its label selector on the pod's current labels.
-    fn selects(&self, pod: &Pod) -> bool {
+    fn selects(&self, pod: &CachedPod) -> bool {
         let ns = pod.namespace().unwrap_or_default();
         let names = self.term.namespaces.as_deref().unwrap_or(&[]);
         let in_namespace = if self.term.namespace_selector.is_some() {
@@ -306,7 +307,7 @@ impl KeepOut<'_> {
 /// Every required anti-affinity term of the pods bound to nodes, with its domain (the node's
 /// value of the term's topology key; the node's name stands in for a missing hostname label).
 fn keep_out_terms<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
     nodes: &HashMap<&str, &'a Node>,
 ) -> Vec<KeepOut<'a>> {
     let mut out = Vec::new();
@@ -336,7 +337,7 @@ fn keep_out_terms<'a>(
 }
 
 /// The domains `pod` must keep out of, sorted and without repeats.
-fn kept_out_of(pod: &Pod, keep_out: &[KeepOut<'_>]) -> Vec<(String, String)> {
+fn kept_out_of(pod: &CachedPod, keep_out: &[KeepOut<'_>]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = keep_out
         .iter()
         .filter(|k| !std::ptr::eq(k.owner, pod) && k.selects(pod))
@@ -360,7 +361,7 @@ pub fn snapshot(o: Objects<'_>) -> ClusterSnapshot {
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
         .collect();
-    let mut bound: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    let mut bound: HashMap<&str, Vec<&Arc<CachedPod>>> = HashMap::new();
     for pod in o.pods {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             bound.entry(node).or_default().push(pod);
@@ -493,7 +494,13 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(ns: &str, name: &str, app: &str, node: &str, anti: Option<serde_json::Value>) -> Pod {
+    fn pod(
+        ns: &str,
+        name: &str,
+        app: &str,
+        node: &str,
+        anti: Option<serde_json::Value>,
+    ) -> CachedPod {
         let mut spec = json!({"nodeName": node, "containers": [{"name": "c"}]});
         if let Some(term) = anti {
             spec["affinity"] = json!({"podAntiAffinity": {
@@ -534,7 +541,7 @@ mod tests {
         assert!(!at_limit(&pool(json!({}), usage)));
     }
 
-    fn kept(pods: &[Pod], nodes: &[Node], who: &str) -> Vec<(String, String)> {
+    fn kept(pods: &[CachedPod], nodes: &[Node], who: &str) -> Vec<(String, String)> {
         let by_name: HashMap<&str, &Node> = nodes
             .iter()
             .map(|n| (n.metadata.name.as_deref().unwrap(), n))
@@ -586,9 +593,9 @@ mod tests {
 
     #[test]
     fn the_fingerprint_moves_with_what_the_rules_read_and_not_with_heartbeats() {
-        let print = |nodes: &[Node], pods: &[Pod]| {
+        let print = |nodes: &[Node], pods: &[CachedPod]| {
             let nodes: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
-            let pods: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
+            let pods: Vec<Arc<CachedPod>> = pods.iter().cloned().map(Arc::new).collect();
             let none = HashSet::new();
             snapshot(Objects {
                 now: "2026-12-03T12:00:00Z".parse().unwrap(),

@@ -20,9 +20,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, WeightedPodAffinityTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kk_apis::ResourceExt;
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::pod::{required_anti_affinity, selects};
 
 use super::model::{ClusterSnapshot, PodState};
@@ -65,7 +66,7 @@ pub enum Unavailable {
 
 /// A running pod a solve may need to read.
 struct Running {
-    pod: Arc<Pod>,
+    pod: Arc<CachedPod>,
     requests: Resources,
     /// Index into [`FullCheck::kinds`].
     kind: usize,
@@ -93,7 +94,7 @@ pub struct FullCheck {
     pools: Vec<NodePoolInput>,
     /// Pending pods (and pods of leaving nodes) the fast check gave room on a destination:
     /// every solve places them with the movers, from that room.
-    claimants: Vec<Arc<Pod>>,
+    claimants: Vec<Arc<CachedPod>>,
     cache: HashMap<Vec<usize>, Rc<Solved>>,
     spent: Duration,
 }
@@ -117,7 +118,7 @@ fn term_selectors<'p>(
 
 /// Every label selector of `pod`'s own spread, affinity and anti-affinity; `None` when one is
 /// absent (then every running pod is read, to be safe).
-fn own_selectors(pod: &Pod) -> Option<Vec<&LabelSelector>> {
+fn own_selectors(pod: &CachedPod) -> Option<Vec<&LabelSelector>> {
     let Some(spec) = pod.spec.as_ref() else {
         return Some(Vec::new());
     };
@@ -158,7 +159,7 @@ struct Kinds {
 }
 
 impl Kinds {
-    fn running(&mut self, pod: &Arc<Pod>, requests: Resources) -> Running {
+    fn running(&mut self, pod: &Arc<CachedPod>, requests: Resources) -> Running {
         let terms = required_anti_affinity(pod);
         let key = (
             pod.labels().clone(),
@@ -336,7 +337,7 @@ impl FullCheck {
         let started = Instant::now();
         // The claimants come first, as kube-scheduler has them queued already.
         let first = self.claimants.len();
-        let pods: Vec<Arc<Pod>> = self
+        let pods: Vec<Arc<CachedPod>> = self
             .claimants
             .iter()
             .cloned()

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
+use kk_apis::cached_pod::CachedPod;
 
 use crate::scheduling::{InstanceType, NodePoolInput, PoolRequirement, Resources};
 use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy};
@@ -190,7 +191,7 @@ pub struct PodState {
     pub needs_full_simulation: bool,
     /// The pod itself, shared with the watch cache: what the full solver reads. `None` in
     /// hand-built snapshots, whose complex pods then stay unmodelled.
-    pub pod: Option<Arc<Pod>>,
+    pub pod: Option<Arc<CachedPod>>,
 }
 
 impl PodState {
@@ -337,7 +338,7 @@ pub struct ClusterSnapshot {
     pub pending_pods: Vec<PodState>,
     /// DaemonSet pod templates (as pods): the full solver reserves their requests on a
     /// replacement.
-    pub daemonsets: Vec<Pod>,
+    pub daemonsets: Vec<CachedPod>,
     /// What the snapshot was built from, hashed (see [`super::build`]); 0 when built by hand.
     /// With [`super::plan::quiet_key`] it tells a pass that nothing changed since the last one.
     pub fingerprint: u64,

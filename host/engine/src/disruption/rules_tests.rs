@@ -650,11 +650,8 @@ fn pending_web() -> PodState {
     .pods
     .remove(0);
     if let Some(pod) = pending.pod.as_mut() {
-        std::sync::Arc::make_mut(pod)
-            .spec
-            .as_mut()
-            .expect("spec")
-            .node_name = None;
+        let spec = std::sync::Arc::make_mut(pod).spec.as_mut().expect("spec");
+        std::sync::Arc::make_mut(spec).node_name = None;
     }
     pending
 }

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kk_apis::cached_pod::CachedPod;
 
 const GI: u64 = 1 << 30;
 const ZONES: [&str; 3] = ["kr-central-2-a", "kr-central-2-b", "kr-central-2-c"];
@@ -74,13 +75,18 @@ fn solve_with(
     ranker: &dyn InstanceRanker,
 ) -> SchedulingResult {
     let types = catalog();
-    let pods: Vec<std::sync::Arc<Pod>> = pods.iter().cloned().map(std::sync::Arc::new).collect();
+    let pods: Vec<std::sync::Arc<CachedPod>> = pods
+        .iter()
+        .cloned()
+        .map(|p| std::sync::Arc::new(p.into()))
+        .collect();
+    let daemonsets: Vec<CachedPod> = daemonsets.iter().cloned().map(CachedPod::from).collect();
     let problem = SchedulingProblem {
         pods: &pods,
         node_pools: pools,
         instance_types: &types,
         existing_nodes: existing,
-        daemonsets,
+        daemonsets: &daemonsets,
     };
     Scheduler::new(ranker, SchedulerOptions::default()).solve(&problem)
 }
@@ -265,7 +271,7 @@ fn existing_nodes_are_used_first_unless_tainted() {
         name: "node-1".into(),
         labels: [(ZONE.to_owned(), ZONES[0].to_owned())].into(),
         allocatable: Resources::new(4000, 16 * GI, 110),
-        pods: vec![pod("running", 3000, 1024).into()],
+        pods: vec![std::sync::Arc::new(pod("running", 3000, 1024).into())],
         ..Default::default()
     };
     let r = solve_with(
@@ -345,7 +351,7 @@ fn zone_spread_respects_an_existing_imbalance() {
                 name: format!("old-{i}"),
                 labels: [(ZONE.to_owned(), ZONES[0].to_owned())].into(),
                 allocatable: Resources::new(500, GI, 110),
-                pods: vec![running.into()],
+                pods: vec![std::sync::Arc::new(running.into())],
                 ..Default::default()
             }
         })
@@ -419,7 +425,7 @@ fn running_pods_anti_affinity_keeps_matching_pods_away() {
     let node = ExistingNode {
         name: "node-1".into(),
         allocatable: Resources::new(4000, 16 * GI, 110),
-        pods: vec![guard.into()],
+        pods: vec![std::sync::Arc::new(guard.into())],
         ..Default::default()
     };
     let mut web = pod("web", 100, 128);
@@ -773,7 +779,7 @@ fn zone_affinity_follows_running_pods() {
         name: "node-c".into(),
         labels: [(ZONE.to_owned(), ZONES[2].to_owned())].into(),
         allocatable: Resources::new(200, GI, 110),
-        pods: vec![running.into()],
+        pods: vec![std::sync::Arc::new(running.into())],
         ..Default::default()
     };
     let pods: Vec<Pod> = (0..3)

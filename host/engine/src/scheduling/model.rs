@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kk_apis::cached_pod::CachedPod;
 
 use super::instance_types::InstanceType;
 use super::resources::Resources;
@@ -47,19 +48,19 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Pods bound to it (daemonsets included): their requests are used, their labels count in
     /// topology. Shared with the watch caches, never copied.
-    pub pods: Vec<std::sync::Arc<Pod>>,
+    pub pods: Vec<std::sync::Arc<CachedPod>>,
 }
 
 /// One solve's input.
 #[derive(Debug, Clone, Copy)]
 pub struct SchedulingProblem<'a> {
     /// The pods to place, shared with the watch caches.
-    pub pods: &'a [std::sync::Arc<Pod>],
+    pub pods: &'a [std::sync::Arc<CachedPod>],
     pub node_pools: &'a [NodePoolInput],
     pub instance_types: &'a [InstanceType],
     pub existing_nodes: &'a [ExistingNode],
     /// DaemonSet pod templates (as pods): their requests are reserved on every new node they would run on.
-    pub daemonsets: &'a [Pod],
+    pub daemonsets: &'a [CachedPod],
 }
 
 /// A NodeClaim to create, with everything launch needs to fall back across instance types and zones.

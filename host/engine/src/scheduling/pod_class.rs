@@ -1,7 +1,8 @@
 //! Pods compiled into classes: pods with the same namespace, labels and scheduling constraints share
 //! one class, so the solver evaluates constraints per class, not per pod.
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, PodSpec};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec};
+use kk_apis::cached_pod::CachedPod;
 
 use super::requirements::{self, RequirementError, Requirements};
 use super::symbols::{Sym, Symbols};
@@ -67,7 +68,7 @@ pub enum ClassError {
 }
 
 /// A key identifying pods that schedule identically (resources aside).
-pub fn class_key(pod: &Pod, buf: &mut Vec<u8>) {
+pub fn class_key(pod: &CachedPod, buf: &mut Vec<u8>) {
     buf.clear();
     let spec = pod.spec.as_ref();
     let key = (
@@ -99,7 +100,7 @@ enum Pref {
     PreferNoSchedule,
 }
 
-fn sorted_labels(syms: &mut Symbols, pod: &Pod) -> Vec<(Sym, Sym)> {
+fn sorted_labels(syms: &mut Symbols, pod: &CachedPod) -> Vec<(Sym, Sym)> {
     let mut labels: Vec<(Sym, Sym)> = pod
         .metadata
         .labels
@@ -170,7 +171,11 @@ fn affinity_group(
 }
 
 /// Required anti-affinity groups of a pod already running: other pods must keep away from it.
-pub fn running_pod_groups(syms: &mut Symbols, groups: &mut Groups, pod: &Pod) -> Vec<GroupRef> {
+pub fn running_pod_groups(
+    syms: &mut Symbols,
+    groups: &mut Groups,
+    pod: &CachedPod,
+) -> Vec<GroupRef> {
     let namespace = syms.intern(pod.metadata.namespace.as_deref().unwrap_or("default"));
     let labels = sorted_labels(syms, pod);
     let mut out = Vec::new();
@@ -184,7 +189,7 @@ pub fn running_pod_groups(syms: &mut Symbols, groups: &mut Groups, pod: &Pod) ->
 }
 
 /// The namespace and sorted labels of a pod.
-pub fn identity(syms: &mut Symbols, pod: &Pod) -> (Sym, Vec<(Sym, Sym)>) {
+pub fn identity(syms: &mut Symbols, pod: &CachedPod) -> (Sym, Vec<(Sym, Sym)>) {
     let namespace = syms.intern(pod.metadata.namespace.as_deref().unwrap_or("default"));
     (namespace, sorted_labels(syms, pod))
 }
@@ -193,7 +198,7 @@ pub fn identity(syms: &mut Symbols, pod: &Pod) -> (Sym, Vec<(Sym, Sym)>) {
 pub fn compile(
     syms: &mut Symbols,
     groups: &mut Groups,
-    pod: &Pod,
+    pod: &CachedPod,
     opts: CompileOptions,
 ) -> Result<PodClass, ClassError> {
     let spec: &PodSpec = pod.spec.as_ref().ok_or(ClassError::NoSpec)?;

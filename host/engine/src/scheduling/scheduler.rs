@@ -9,7 +9,7 @@ use kk_apis::names::label;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use k8s_openapi::api::core::v1::Pod;
+use kk_apis::cached_pod::CachedPod;
 use tracing::{debug, warn};
 
 use super::model::{
@@ -1313,9 +1313,9 @@ impl<'a> Solver<'a> {
 
 /// The pods of `pods` that a result placed, for tests and callers that need the objects back.
 pub fn pods_of<'p>(
-    pods: &'p [std::sync::Arc<Pod>],
+    pods: &'p [std::sync::Arc<CachedPod>],
     indices: &[usize],
-) -> impl Iterator<Item = &'p Pod> + 'p {
+) -> impl Iterator<Item = &'p CachedPod> + 'p {
     let idx: Vec<usize> = indices.to_vec();
     idx.into_iter()
         .filter_map(move |i| pods.get(i).map(|p| &**p))

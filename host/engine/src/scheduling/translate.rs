@@ -4,9 +4,10 @@
 use kk_apis::names::{annotation, finalizer, label, taint};
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kk_apis::ResourceExt;
+use kk_apis::cached_pod::CachedPod;
 use rand::Rng;
 
 use kk_apis::crd::nodeclaim::ResourceRequests;
@@ -98,7 +99,7 @@ pub fn is_ephemeral_taint(t: &Taint) -> bool {
 /// is initialized, as are the ephemeral taints).
 pub fn existing_node(
     node: &Node,
-    pods: Vec<std::sync::Arc<Pod>>,
+    pods: Vec<std::sync::Arc<CachedPod>>,
     startup_taints: &[Taint],
 ) -> ExistingNode {
     let mut labels = node.labels().clone();
@@ -145,7 +146,7 @@ pub fn existing_node(
 pub fn inflight_node(
     nc: &NodeClaim,
     catalog: &[InstanceType],
-    nominated: Vec<std::sync::Arc<Pod>>,
+    nominated: Vec<std::sync::Arc<CachedPod>>,
 ) -> ExistingNode {
     let mut labels = nc.labels().clone();
     for r in &nc.spec.requirements {
@@ -410,7 +411,7 @@ pub(crate) mod tests {
         // claim keeps room for the larger of its requests (1500m) and theirs.
         let pod = |cpu: &str| {
             std::sync::Arc::new(
-                serde_json::from_value::<Pod>(serde_json::json!({
+                serde_json::from_value::<CachedPod>(serde_json::json!({
                     "metadata": {"name": "p", "labels": {"app": "a"}},
                     "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
                 }))
