@@ -569,16 +569,6 @@ impl ClusterState {
             .map(|(t, at)| (t.clone(), at.elapsed()))
     }
 
-    /// The pods (by UID) whose last nomination was to `target`, however long ago.
-    pub fn nominated_to(&self, target: &str) -> HashSet<String> {
-        self.nominations()
-            .pods
-            .iter()
-            .filter(|(_, (t, _))| t == target)
-            .map(|(uid, _)| uid.clone())
-            .collect()
-    }
-
     /// Whether `target` (node or NodeClaim name) received a nomination within `NOMINATION_TTL`.
     pub fn is_nominated(&self, target: &str) -> bool {
         self.nominations()
@@ -955,13 +945,6 @@ mod tests {
         );
         assert_eq!(other.nomination_of("pod-uid").unwrap().0, "c1");
         assert!(!other.is_nominated("n2"));
-        state.nominate("second-uid", "c1");
-        state.nominate("pod-uid", "n2");
-        assert_eq!(
-            other.nominated_to("c1"),
-            HashSet::from(["second-uid".to_owned()]),
-            "a pod's last nomination is the one that counts"
-        );
     }
 
     #[test]

@@ -2,18 +2,8 @@
 //! or ephemeral taint (with Cilium, the agent's taint counts as a startup taint whether or not
 //! the NodePool lists it: the userdata registers the node with it). Initialized is sticky: once
 //! the Node carries `karpenter.sh/initialized=true` it stays initialized.
-//!
-//! As it initializes, the pods provisioning nominated to its NodeClaim that still wait get the
-//! Node's name in `status.nominatedNodeName`, once, before the `initialized` label: the one way
-//! kube-scheduler learns where we expect a pod to go. It is a hint; kube-scheduler clears it
-//! when the pod does not fit after all, and provisioning takes the pod up again.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kk_apis::cached_pod::CachedPod;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -21,7 +11,6 @@ use serde_json::json;
 use kk_apis::NodeClaim;
 use kk_apis::crd::conditions::{DesiredCondition, is_true};
 use kk_apis::names::{condition, label, taint};
-use kk_apis::pod::awaits_node;
 use kk_engine::scheduling::resources::parse_milli;
 use kk_engine::scheduling::translate;
 
@@ -138,7 +127,6 @@ impl Lifecycle {
             .is_some_and(|v| v == "true")
             || is_true(nc.conditions(), condition::INITIALIZED);
         if state.done() && !labelled {
-            self.point_scheduler(nc, node).await;
             let nodes: Api<Node> = Api::all(self.client.clone());
             nodes
                 .patch(
@@ -153,75 +141,6 @@ impl Lifecycle {
         }
         Ok(state)
     }
-
-    /// Tells kube-scheduler which pods this node was launched for, as the node is about to take
-    /// pods: `status.nominatedNodeName` (KEP-5278) makes it try them there first and keep their
-    /// room, and their labels in topology, from the other pods it places meanwhile. Without it,
-    /// the emptiest node draws whichever pods come first, and a pod this node was meant for
-    /// (one per host, say) needs another node. Best effort: a pod that lost the race is
-    /// provisioned again once kube-scheduler clears the name.
-    async fn point_scheduler(&self, nc: &NodeClaim, node: &Node) {
-        let node_name = node.name_any();
-        let nominated = self.state.nominated_to(&nc.name_any());
-        if nominated.is_empty() {
-            return;
-        }
-        let waiting = awaiting_node(self.state.pods.state(), &nominated, &node_name);
-        let patch = json!({ "status": { "nominatedNodeName": node_name } });
-        let patches = waiting.into_iter().map(|pod| {
-            let api: Api<Pod> =
-                Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-            let patch = Patch::Merge(patch.clone());
-            async move {
-                match api
-                    .patch_status(&pod.name_any(), &PatchParams::default(), &patch)
-                    .await
-                {
-                    Ok(_) => true,
-                    // Gone, or bound since the cache was read (422): kube-scheduler was first.
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 422 => false,
-                    Err(err) => {
-                        tracing::warn!(pod = %pod.name_any(), error = %err,
-                            "could not set the pod's nominated node");
-                        false
-                    }
-                }
-            }
-        });
-        let pointed = futures::stream::iter(patches)
-            .buffer_unordered(NOMINATIONS_IN_FLIGHT)
-            .filter(|ok| std::future::ready(*ok))
-            .count()
-            .await;
-        if pointed > 0 {
-            tracing::info!(node = %node_name, pods = pointed, "nominated pods to their node");
-        }
-    }
-}
-
-/// Status patches a node's initialization sends at once.
-const NOMINATIONS_IN_FLIGHT: usize = 8;
-
-/// The pods among `pods` nominated (by UID) to a node's NodeClaim that still wait for a node and
-/// are not yet pointed at `node`.
-fn awaiting_node(
-    pods: impl IntoIterator<Item = Arc<CachedPod>>,
-    nominated: &HashSet<String>,
-    node: &str,
-) -> Vec<Arc<CachedPod>> {
-    pods.into_iter()
-        .filter(|p| {
-            p.metadata
-                .uid
-                .as_ref()
-                .is_some_and(|u| nominated.contains(u))
-                && awaits_node(p)
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.nominated_node_name.as_deref())
-                    != Some(node)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -267,38 +186,6 @@ mod tests {
         assert_eq!(state.condition().reason, "ResourceNotRegistered");
         let n = with(json!({"cpu": "4", "nvidia.com/gpu": "1"}));
         assert_eq!(initialization(&nc, &n, false), Initialization::Done);
-    }
-
-    #[test]
-    fn only_nominated_pods_still_waiting_are_pointed_at_the_node() {
-        let pod = |uid: &str, node_name: Option<&str>, nominated: Option<&str>| {
-            Arc::new(
-                serde_json::from_value::<CachedPod>(json!({
-                    "metadata": {"name": uid, "namespace": "default", "uid": uid},
-                    "spec": {"containers": [], "nodeName": node_name},
-                    "status": {"nominatedNodeName": nominated},
-                }))
-                .unwrap(),
-            )
-        };
-        let mut leaving = pod("leaving", None, None);
-        Arc::make_mut(&mut leaving).metadata.deletion_timestamp = Some(super::super::now());
-        let pods = vec![
-            pod("waiting", None, None),
-            pod("elsewhere", None, Some("n9")),
-            pod("bound", Some("n2"), None),
-            pod("pointed", None, Some("n1")),
-            pod("other-claim", None, None),
-            leaving,
-        ];
-        let nominated: HashSet<String> = ["waiting", "elsewhere", "bound", "pointed", "leaving"]
-            .map(String::from)
-            .into();
-        let names: Vec<String> = awaiting_node(pods, &nominated, "n1")
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
-        assert_eq!(names, ["waiting", "elsewhere"]);
     }
 
     #[test]

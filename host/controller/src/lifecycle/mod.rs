@@ -2,9 +2,9 @@
 //! `nodeclaim/lifecycle`: [`launch`] (instance, userdata, bootstrap token, ownership tag),
 //! [`registration`] (match the Node by providerID, sync labels and taints, drop the unregistered
 //! taint; adopt a duplicate instance whose Node joined first), [`initialization`] (startup
-//! taints gone, node Ready; its nominated pods pointed at it), [`liveness`] (claims that never
-//! register, or whose instance failed, are deleted so their pods are provisioned again), and
-//! [`finalize`] for claims that never registered.
+//! taints gone, node Ready), [`liveness`] (claims that never register, or whose instance failed,
+//! are deleted so their pods are provisioned again), and [`finalize`] for claims that never
+//! registered.
 //!
 //! Restart safety: the instance name is a pure function of (cluster, NodeClaim), and launch
 //! looks the name up before creating, so a controller killed between "create" and "status

@@ -6,7 +6,6 @@ use crate::support;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use support::{Env, Options, eventually};
 
@@ -247,62 +246,6 @@ fn one_per_node(app: &str) -> serde_json::Value {
     json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}
     ]}}})
-}
-
-/// kube-scheduler learns which pods a new node was launched for the moment the node initializes:
-/// their `status.nominatedNodeName` names it, so it keeps their room there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_nodes_pods_are_nominated_to_it_when_it_initializes() {
-    let env = Env::start(Options::default()).await;
-    env.apply_guide().await;
-    env.kubectl_apply(&nodepool("pointed", json!({}), None));
-    let ns = env.cp.fresh_namespace("pointed").await.unwrap();
-    env.apply_in(&ns, &deployment("solo", 1, "pointed", small(), json!({})));
-
-    // Cordoned as it registers, the node initializes and cannot take the pod yet.
-    let node = eventually("the pool's node registers", || async {
-        env.nodes()
-            .await
-            .into_iter()
-            .find(|n| support::label(n, "workload-type") == "pointed")
-    })
-    .await
-    .name_any();
-    env.kubectl(&["cordon", &node]);
-    eventually("its NodeClaim initializes", || async {
-        env.claims_of("pointed")
-            .await
-            .iter()
-            .any(|c| {
-                c.conditions()
-                    .iter()
-                    .any(|c| c.type_ == "Initialized" && c.status == "True")
-            })
-            .then_some(())
-    })
-    .await;
-    let nominated = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.clone())
-    };
-    let pod = eventually("the pod nominated to its node", || async {
-        env.pods(&ns, "solo")
-            .await
-            .into_iter()
-            .find(|p| nominated(p).as_deref() == Some(node.as_str()))
-    })
-    .await;
-    assert_eq!(
-        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-        None,
-        "the cordoned node holds no pod"
-    );
-
-    env.kubectl(&["uncordon", &node]);
-    let pods = env.wait_running(&ns, "solo", 1).await;
-    assert_eq!(env.node_of(&pods[0]).await.name_any(), node);
-    assert_eq!(env.claims_of("pointed").await.len(), 1, "no second node");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
