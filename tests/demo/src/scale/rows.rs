@@ -198,8 +198,10 @@ impl Row {
         };
         body.lines().any(|line| {
             // Go's client prints "1", prometheus-client "1.0".
+            // With or without an empty label set: `name 1` or `name{} 1.0`.
             line.split_once(' ').is_some_and(|(name, v)| {
-                name == "karpenter_cluster_state_synced" && matches!(v.trim(), "1" | "1.0")
+                name.split('{').next() == Some("karpenter_cluster_state_synced")
+                    && matches!(v.trim(), "1" | "1.0")
             })
         })
     }
