@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use kk_apis::cached_pod::CachedPod;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -28,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::provisioning::catalog::LiveCatalog;
 use crate::provisioning::is_managed_pool;
 use crate::state::ClusterState;
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::crd::{NodeClaim, NodePool};
 use kk_apis::names::{condition, label};
 use kk_engine::scheduling::model::{NodeClaimDraft, SchedulingProblem};

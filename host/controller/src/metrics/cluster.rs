@@ -13,7 +13,6 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kk_apis::cached_pod::CachedPod;
 use kube::ResourceExt;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
@@ -21,6 +20,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::state::ClusterState;
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::names::label;
 use kk_apis::pod::{is_daemonset_pod, is_terminal};
 use kk_engine::scheduling::resources::{parse_milli, pod_requests};

@@ -3,6 +3,7 @@
 
 pub mod catalog;
 
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::names::label;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kk_apis::cached_pod::CachedPod;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};

@@ -11,6 +11,7 @@
 
 pub mod drain;
 
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::names::{annotation, condition, finalizer, label, taint};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kk_apis::cached_pod::CachedPod;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
-use kk_apis::cached_pod::CachedPod;
 
 use crate::scheduling::{InstanceType, NodePoolInput, PoolRequirement, Resources};
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::crd::nodepool::{Budget, ConsolidationPolicy};
 
 /// Why a node is a disruption candidate (the WIT `disruption-reason`, plus the budget reasons).

@@ -5,11 +5,11 @@
 //! grouped into classes), so placing a pod costs integer compares and at most one filter over the
 //! node's remaining instance types.
 
+use kk_apis::cached_pod::CachedPod;
 use kk_apis::names::label;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use kk_apis::cached_pod::CachedPod;
 use tracing::{debug, warn};
 
 use super::model::{
