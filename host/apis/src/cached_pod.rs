@@ -1,6 +1,6 @@
 //! The pod as the controller's caches keep it: a `Pod` whose spec is shared.
 //!
-//! A cached `Pod` of k8s-openapi's types costs about 8 KiB even trimmed, and most of it is the
+//! A cached `Pod` of k8s-openapi's types costs about 7 KiB even trimmed, and most of it is the
 //! spec: `PodSpec` and each `Container` are over 2 KiB with every optional field empty. The pods
 //! of one ReplicaSet on one node have the same spec, so the watch hands each distinct spec out
 //! once ([`SharedSpecs`]) and every pod holding it points at it.
