@@ -711,7 +711,6 @@ impl Disrupter {
     }
 }
 
-/// The reflector store's objects, owned (the builder borrows plain slices).
 /// API writes of one command in flight at once.
 const WRITES_IN_FLIGHT: usize = 16;
 

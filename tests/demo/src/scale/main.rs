@@ -93,6 +93,8 @@ struct SteadyFigures {
     nodes: usize,
     running_s: f64,
     rss_mib: f64,
+    /// Of `rss_mib`, the binary's mapped code and data.
+    rss_file_mib: f64,
     peak_rss_mib: f64,
     pass_s: Option<f64>,
     relist_s: f64,
@@ -232,6 +234,7 @@ async fn steady(row: &mut Row, args: &Args) -> anyhow::Result<SteadyFigures> {
         nodes: seen.live_nodes(),
         running_s,
         rss_mib: mib(stats.rss_kib),
+        rss_file_mib: mib(stats.rss_file_kib),
         peak_rss_mib: mib(stats.peak_rss_kib),
         pass_s: passes,
         relist_s,
@@ -278,16 +281,17 @@ fn print_steady(rows: &[(RowKind, SteadyFigures)]) {
         workload::STEADY_FLAVOR
     );
     println!(
-        "| row | pods | nodes | all Running | RSS | peak RSS | disruption pass | relist (restart to synced) | relist requests | RSS after relist |"
+        "| row | pods | nodes | all Running | RSS (of it file-backed) | peak RSS | disruption pass | relist (restart to synced) | relist requests | RSS after relist |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (kind, s) in rows {
         println!(
-            "| {kind} | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {} | {:.1} s | {} | {:.0} MiB |",
+            "| {kind} | {} | {} | {:.1} s | {:.0} MiB ({:.0}) | {:.0} MiB | {} | {:.1} s | {} | {:.0} MiB |",
             s.pods,
             s.nodes,
             s.running_s,
             s.rss_mib,
+            s.rss_file_mib,
             s.peak_rss_mib,
             s.pass_s
                 .map(|p| format!("{:.2} s", p))

@@ -252,6 +252,8 @@ where
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcStats {
     pub rss_kib: u64,
+    /// The part of `rss_kib` that maps files (the binary's code and data), not heap.
+    pub rss_file_kib: u64,
     pub peak_rss_kib: u64,
     pub cpu_seconds: f64,
 }
@@ -280,6 +282,7 @@ impl ProcStats {
         let hz = clock_ticks();
         Ok(ProcStats {
             rss_kib: kib("VmRSS:"),
+            rss_file_kib: kib("RssFile:"),
             peak_rss_kib: kib("VmHWM:"),
             cpu_seconds: ticks as f64 / hz,
         })
@@ -351,6 +354,8 @@ mod tests {
         assert!(x > 0);
         let s = ProcStats::read(std::process::id()).unwrap();
         assert!(s.rss_kib > 0 && s.peak_rss_kib >= s.rss_kib);
+        // The test binary's own code is mapped from its file.
+        assert!(s.rss_file_kib > 0 && s.rss_file_kib < s.rss_kib);
         assert!(s.cpu_seconds >= 0.0);
     }
 
