@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use karpenter_kakaocloud::metrics::Metrics;
+use karpenter_kakaocloud::metrics::{self, Metrics};
 use prometheus_client::registry::Registry;
 
 /// Shared readiness flag.
@@ -40,13 +41,24 @@ async fn readyz(State(ready): State<Readiness>) -> (StatusCode, &'static str) {
     }
 }
 
+/// Scrapes the whole cluster (a series per pod), so it is rendered on a blocking thread and
+/// streamed as it is written: the response holds a few chunks at a time, never the whole text.
 async fn metrics(State((registry, m)): State<(Arc<Registry>, Arc<Metrics>)>) -> impl IntoResponse {
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(2);
+    tokio::task::spawn_blocking(move || {
+        // An error only means the scraper went away; there is nobody to tell.
+        let _ = metrics::render_chunked(&registry, &m, |chunk| tx.blocking_send(chunk).is_ok());
+    });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(chunk), rx))
+    });
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        karpenter_kakaocloud::metrics::render(&registry, &m),
+        Body::from_stream(chunks),
     )
 }
 
@@ -87,7 +99,8 @@ mod tests {
             .await
             .unwrap();
         sock.write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            // HTTP/1.0: a streamed body comes unchunked, ended by the close.
+            format!("GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").as_bytes(),
         )
         .await
         .unwrap();
@@ -111,11 +124,21 @@ mod tests {
 
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
+        // Several chunks' worth of series.
+        for i in 0..3_000 {
+            m.claim_created(&format!("pool-{i}"), "provisioned");
+        }
         let addr = serve(0, metrics_router(Arc::new(registry), m), "metrics")
             .await
             .unwrap();
         let (status, body) = fetch(addr, "/metrics").await;
         assert_eq!(status, 200);
+        assert!(
+            body.len() > 2 * metrics::CHUNK_BYTES,
+            "{} bytes",
+            body.len()
+        );
+        assert!(body.contains(r#"nodepool="pool-2999""#));
         assert!(body.trim_end().ends_with("# EOF"), "{body}");
         assert!(
             body.contains("# TYPE karpenter_pods_startup_duration_seconds summary"),

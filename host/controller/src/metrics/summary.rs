@@ -73,14 +73,15 @@ impl Summary {
     }
 
     /// Appends the family in the OpenMetrics text format.
-    pub fn encode(&self, out: &mut String) {
-        self.encode_at(out, Instant::now());
+    /// Writes the summary's series; an error is the writer's (a scrape whose reader left).
+    pub fn encode(&self, out: &mut impl Write) -> std::fmt::Result {
+        self.encode_at(out, Instant::now())
     }
 
-    fn encode_at(&self, out: &mut String, now: Instant) {
+    fn encode_at(&self, out: &mut impl Write, now: Instant) -> std::fmt::Result {
         let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} summary", self.name);
+        writeln!(out, "# HELP {} {}", self.name, self.help)?;
+        writeln!(out, "# TYPE {} summary", self.name)?;
         for (value, s) in series.iter_mut() {
             while s
                 .window
@@ -107,11 +108,12 @@ impl Summary {
             };
             for (q, text) in QUANTILES {
                 let v = quantile(&sorted, q).unwrap_or(f64::NAN);
-                let _ = writeln!(out, "{}{} {}", self.name, labels(Some(text)), v);
+                writeln!(out, "{}{} {}", self.name, labels(Some(text)), v)?;
             }
-            let _ = writeln!(out, "{}_sum{} {}", self.name, labels(None), s.sum);
-            let _ = writeln!(out, "{}_count{} {}", self.name, labels(None), s.count);
+            writeln!(out, "{}_sum{} {}", self.name, labels(None), s.sum)?;
+            writeln!(out, "{}_count{} {}", self.name, labels(None), s.count)?;
         }
+        Ok(())
     }
 }
 
@@ -143,7 +145,7 @@ mod tests {
             s.observe_at("a\"b", f64::from(v), start);
         }
         let mut out = String::new();
-        s.encode_at(&mut out, start);
+        s.encode_at(&mut out, start).unwrap();
         assert!(out.contains("# TYPE x_seconds summary"), "{out}");
         assert!(
             out.contains(r#"x_seconds{nodepool="a\"b",quantile="0"} 1"#),
@@ -172,7 +174,8 @@ mod tests {
 
         // Past the window the quantiles are empty; sum and count stay.
         let mut later = String::new();
-        s.encode_at(&mut later, start + MAX_AGE + Duration::from_secs(1));
+        s.encode_at(&mut later, start + MAX_AGE + Duration::from_secs(1))
+            .unwrap();
         assert!(later.contains(r#"quantile="0.5"} NaN"#), "{later}");
         assert!(
             later.contains(r#"x_seconds_count{nodepool="a\"b"} 100"#),
@@ -189,7 +192,7 @@ mod tests {
         }
         s.observe_at("", f64::NAN, now);
         let mut out = String::new();
-        s.encode_at(&mut out, now);
+        s.encode_at(&mut out, now).unwrap();
         assert!(out.contains(r#"y_seconds{quantile="0"} 10"#), "{out}");
         assert!(
             out.contains(&format!("y_seconds_count {}", MAX_SAMPLES + 10)),
