@@ -72,8 +72,8 @@ impl Summary {
         s.window.push_back((at, value));
     }
 
-    /// Appends the family in the OpenMetrics text format.
-    /// Writes the summary's series; an error is the writer's (a scrape whose reader left).
+    /// Appends the family in the OpenMetrics text format; an error is the writer's (a scrape
+    /// whose reader left).
     pub fn encode(&self, out: &mut impl Write) -> std::fmt::Result {
         self.encode_at(out, Instant::now())
     }
